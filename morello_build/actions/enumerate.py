@@ -1,0 +1,161 @@
+"""The deterministic list of rewrites for a logical Spec.
+
+The memo stores an index into this list, so the list must depend only on the logical Spec
+and the target, never on memory limits. Order: moves, tilings, splits, kernels, to_accum.
+
+The search space is Morello's, pruned where a move could never pay off, to keep Python
+synthesis fast (each pruning is a documented choice, not a limitation of the model):
+- same-level relayouts (packing) only for Matmul inputs in GL/L1;
+- RF moves only from L1 and only for tensors that fit the scalar register file;
+- VRF moves use one vector size: as many f32 values as the widest register holds (so a
+  bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor;
+- Move and Zero Specs get no same-level moves (a copy of a copy never helps).
+"""
+
+from __future__ import annotations
+
+from morello_build.actions.accum import ToAccum
+from morello_build.actions.base import Action, Plan
+from morello_build.actions.move import Move
+from morello_build.actions.select import Select
+from morello_build.actions.tile import Split, TileOut
+from morello_build.ir import layout as lay
+from morello_build.ir.dtypes import WIDENINGS, Dtype
+from morello_build.ir.levels import MOVE_DESTINATIONS, Level
+from morello_build.ir.spec import IN, MATMUL, LogicalSpec
+from morello_build.ir.tensorspec import TensorSpec, make_tensor
+from morello_build.target.kernels import kernels_for
+from morello_build.target.x86 import Target
+
+ActionPlans = tuple[tuple[Action, Plan], ...]
+
+_CACHE: dict[tuple[LogicalSpec, Target], ActionPlans] = {}
+
+
+def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
+    """Applicable (action, plan) pairs, in the stable enumeration order."""
+    key = (spec, target)
+    found = _CACHE.get(key)
+    if found is None:
+        out = []
+        for a in enumerate_actions(spec, target):
+            p = a.plan(spec, target)
+            if p is not None:
+                out.append((a, p))
+        found = tuple(out)
+        _CACHE[key] = found
+    return found
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
+    acts: list[Action] = []
+    for i in range(len(spec.operands)):
+        acts.extend(_moves(spec, i, target))
+    acts.extend(_tilings(spec, target))
+    if spec.kind == MATMUL and spec.accum:
+        k = spec.shape[2]
+        acts.extend(Split(s) for s in _pow2_below(k))
+    acts.extend(Select(k.name) for k in kernels_for(spec.kind))
+    if spec.kind == MATMUL and not spec.accum:
+        acts.append(ToAccum())
+    return acts
+
+
+def _pow2_below(n: int) -> list[int]:
+    out, p = [], 1
+    while p < n:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def _tilings(spec: LogicalSpec, target: Target) -> list[Action]:
+    out_dims = spec.dim_maps()[spec.output_index]
+    biggest = max(spec.shape[d] for d in out_dims)
+    sizes = _pow2_below(biggest) + [biggest]
+    acts: list[Action] = []
+    for size in sizes:
+        for d in out_dims:
+            if size < spec.shape[d]:
+                shape = list(spec.shape)
+                shape[d] = size
+                acts.append(TileOut(tuple(shape)))
+    if not spec.serial and target.processors > 1:
+        for d in out_dims:
+            for size in _pow2_below(spec.shape[d]):
+                shape = list(spec.shape)
+                shape[d] = size
+                acts.append(TileOut(tuple(shape), parallel=True))
+    return acts
+
+
+def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target) -> int | None:
+    preferred = target.lanes(Dtype.F32) if dtype.is_float else target.lanes(dtype)
+    sizes = [preferred] + sorted(
+        (v for v in target.vector_sizes(dtype) if v != preferred), reverse=True
+    )
+    for vs in sizes:
+        if vs in target.vector_sizes(dtype) and make_tensor(
+            t.shape, dtype, Level.VRF, layout.with_full_contig(), vs
+        ):
+            return vs
+    return None
+
+
+def _relayouts(spec: LogicalSpec, i: int, t: TensorSpec, target: Target) -> list[lay.Layout]:
+    """Layouts worth copying a Matmul input into: dense row-major, or panels."""
+    shape = t.shape
+    out = []
+    rm = lay.row_major(shape)
+    if t.layout != rm:
+        out.append(rm)
+    lanes = target.lanes(Dtype.F32)
+    if i == 1:  # B as N-panels: [n / p][k][p]
+        for p in sorted({lanes, 2 * lanes, 16, 32}):
+            if 1 < p < shape[2] and shape[2] % p == 0 and shape[1] > 1:
+                out.append(lay.packed((0, 2, 1), 2, p, shape))
+    else:  # A as M-panels: [m / p][k][p]
+        for p in (4, 8, 16):
+            if p < shape[1] and shape[1] % p == 0 and shape[2] > 1:
+                out.append(lay.packed((0, 1, 2), 1, p, shape))
+    return [x for x in dict.fromkeys(out) if x != t.layout]
+
+
+def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
+    t = spec.operands[i]
+    role = spec.roles()[i]
+    is_matmul_input = spec.kind == MATMUL and role == IN
+    dtypes = [t.dtype] + (list(WIDENINGS.get(t.dtype, ())) if role == IN else [])
+    acts: list[Action] = []
+    for level in MOVE_DESTINATIONS[t.level]:
+        same = level == t.level
+        if same and (level in (Level.RF, Level.VRF) or not is_matmul_input):
+            continue
+        for dtype in dtypes:
+            if level is Level.RF:
+                if t.volume <= target.max_limits[Level.RF]:
+                    acts.append(Move(i, level, lay.EMPTY, None, dtype))
+            elif level is Level.VRF:
+                cands = [lay.row_major(t.shape)]
+                own = t.layout.with_full_contig()
+                if own != cands[0] and dtype == t.dtype:
+                    cands.append(own)
+                for layout in cands:
+                    vs = _vector_size(t, dtype, layout, target)
+                    if vs is not None:
+                        acts.append(Move(i, level, layout, vs, dtype))
+            else:
+                layouts: list[lay.Layout] = []
+                if level is Level.L1 and not same and dtype == t.dtype:
+                    layouts.append(t.layout)  # the cache view
+                if dtype != t.dtype:
+                    layouts.append(lay.row_major(t.shape))  # a widening copy
+                elif is_matmul_input:
+                    layouts.extend(_relayouts(spec, i, t, target))
+                for layout in layouts:
+                    acts.append(Move(i, level, layout, None, dtype))
+    return acts

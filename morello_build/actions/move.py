@@ -1,0 +1,88 @@
+"""Move: put one operand at another level, layout or dtype while the rest runs.
+
+Moving into L1 with the same layout and dtype is a *cache view*: it copies nothing but
+charges the tile's lines against the L1 budget, which is how the model keeps working sets
+in cache. Every other move allocates a buffer, filled by a prologue Move (inputs) and/or
+drained by an epilogue Move (outputs). Same-level relayouts in GL/L1 are how operands
+get packed into panels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from morello_build.actions.base import Plan
+from morello_build.imp.nodes import Alloc, Impl
+from morello_build.ir import layout as lay
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.levels import Level
+from morello_build.ir.limits import LEVEL_COUNT
+from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical
+from morello_build.ir.tensorspec import TensorSpec, make_tensor
+from morello_build.target.x86 import Target
+
+
+@dataclass(frozen=True)
+class Move:
+    operand: int
+    level: Level
+    layout: lay.Layout
+    vector_size: int | None
+    dtype: Dtype
+
+    def new_tensor(self, spec: LogicalSpec) -> tuple[TensorSpec, bool] | None:
+        """The introduced tensor and whether it is a cache view (no copy)."""
+        src = spec.operands[self.operand]
+        if self.level is Level.L1 and self.dtype == src.dtype and self.layout == src.layout:
+            return src._replace(level=Level.L1), True
+        t = make_tensor(
+            src.shape, self.dtype, self.level, self.layout.with_full_contig(), self.vector_size
+        )
+        if t is None:
+            return None
+        return t, False
+
+    def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
+        found = self.new_tensor(spec)
+        if found is None:
+            return None
+        new, view = found
+        src = spec.operands[self.operand]
+        if new == src:
+            return None
+        role = spec.roles()[self.operand]
+        ops = list(spec.operands)
+        ops[self.operand] = new
+        body = canonical(spec.kind, spec.accum, spec.shape, tuple(ops), spec.serial)
+        children = []
+        if not view and role in (IN, INOUT):
+            children.append(canonical(MOVE, False, src.shape, (src, new), spec.serial))
+        children.append(body)
+        if not view and role in (OUT, INOUT):
+            if new.dtype != src.dtype:
+                return None  # no narrowing kernels: a widened output cannot be stored back
+            children.append(canonical(MOVE, False, src.shape, (new, src), spec.serial))
+        if spec in children:
+            return None  # would not make progress
+        own = [0] * LEVEL_COUNT
+        own[self.level] = new.memory_units()
+        const = target.move_cost(src) + target.move_cost(new)
+        return Plan(tuple(children), (1,) * len(children), const, tuple(own))
+
+    def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
+        found = self.new_tensor(spec)
+        assert found is not None
+        new, view = found
+        role = spec.roles()[self.operand]
+        pro = not view and role in (IN, INOUT)
+        epi = not view and role in (OUT, INOUT)
+        return Alloc(spec, children, self.operand, new, view, pro, epi, self.describe())
+
+    def describe(self) -> str:
+        parts = [f"{self.operand}", self.level.name]
+        if self.level.has_layout:
+            parts.append(lay.layout_text(self.layout))
+        if self.vector_size:
+            parts.append(f"vs={self.vector_size}")
+        parts.append(self.dtype.value)
+        return f"move({', '.join(parts)})"

@@ -1,0 +1,61 @@
+"""Memory limits: one budget per level, in registers (RF, VRF) or 64-byte lines (L1, GL).
+
+Cache-level budgets are always 0 or a power of two: that keeps the number of distinct
+limit vectors (and so of DP states) small. Children get budgets rounded *down*, peaks are
+rounded *up*, registers are exact.
+"""
+
+from __future__ import annotations
+
+from morello_build.ir.levels import LEVEL_COUNT, Level
+
+Limits = tuple[int, ...]  # indexed by Level
+
+REGISTER_LEVELS: tuple[bool, ...] = tuple(lvl.counts_registers for lvl in Level)
+_REGISTER_LEVELS = REGISTER_LEVELS
+
+
+def prev_pow2(x: int) -> int:
+    return 0 if x <= 0 else 1 << (x.bit_length() - 1)
+
+
+def next_pow2(x: int) -> int:
+    return 0 if x <= 0 else 1 << (x - 1).bit_length()
+
+
+def snap_down(limits: Limits) -> Limits:
+    return tuple(v if _REGISTER_LEVELS[i] else prev_pow2(v) for i, v in enumerate(limits))
+
+
+def snap_up(peaks: Limits) -> Limits:
+    return tuple(v if _REGISTER_LEVELS[i] else next_pow2(v) for i, v in enumerate(peaks))
+
+
+def subtract(limits: Limits, used: Limits) -> Limits | None:
+    """Budget left for children after allocating `used`, or None if it does not fit."""
+    out = []
+    for i in range(LEVEL_COUNT):
+        r = limits[i] - used[i]
+        if r < 0:
+            return None
+        out.append(r if _REGISTER_LEVELS[i] else prev_pow2(r))
+    return tuple(out)
+
+
+def fits(used: Limits, limits: Limits) -> bool:
+    return all(u <= lim for u, lim in zip(used, limits))
+
+
+def add_peak(own: Limits, child_peak: Limits) -> Limits:
+    return snap_up(tuple(a + b for a, b in zip(own, child_peak)))
+
+
+def elementwise_max(a: Limits, b: Limits) -> Limits:
+    return tuple(x if x >= y else y for x, y in zip(a, b))
+
+
+ZERO: Limits = (0,) * LEVEL_COUNT
+
+
+def limits_text(limits: Limits) -> str:
+    return "[" + ", ".join(f"{lvl.name}={v}" for lvl, v in zip(Level, limits)) + "]"

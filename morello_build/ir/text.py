@@ -1,0 +1,161 @@
+"""The human-readable Spec syntax, used by the CLI, error messages and the build config.
+
+    Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)
+    MatmulAccum(1x8x1x32, f32:L1:[1,2]c1, f32:VRF:row:16, f32:VRF:row:16)
+    Move(64x64, f32:GL:row, f32:GL:[1,0,1p16])
+    Zero(64x64, f32:GL:row)
+
+Operands are ``dtype:LEVEL[:layout][:vector_size]``; layouts are ``row``, ``col`` or an
+explicit physical-dim list (see `morello_build.ir.layout.parse_layout`). A trailing
+``serial`` forbids parallel loops. `spec_text(parse(t)) == t` for canonical text.
+"""
+
+from __future__ import annotations
+
+import re
+
+from morello_build.errors import SpecError
+from morello_build.ir import layout as lay
+from morello_build.ir import spec as sp
+from morello_build.ir.dtypes import Dtype, parse_dtype
+from morello_build.ir.levels import Level, parse_level
+from morello_build.ir.tensorspec import TensorSpec, make_tensor
+
+_NAMES = {
+    "matmul": (sp.MATMUL, False),
+    "matmulaccum": (sp.MATMUL, True),
+    "move": (sp.MOVE, False),
+    "zero": (sp.ZERO, False),
+}
+_OPERAND_COUNT = {sp.MATMUL: 3, sp.MOVE: 2, sp.ZERO: 1}
+
+#: dtype combinations the synthesizer has kernels for.
+MATMUL_DTYPES: tuple[tuple[Dtype, Dtype, Dtype], ...] = (
+    (Dtype.F32, Dtype.F32, Dtype.F32),
+    (Dtype.BF16, Dtype.BF16, Dtype.F32),
+)
+
+_VECTOR_BYTES = (16, 32, 64)
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur.strip())
+    return parts
+
+
+def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
+    t = text.strip().lower()
+    if not re.fullmatch(r"-?\d+(x-?\d+)*", t):
+        raise SpecError(f"malformed {what} {text!r}; expected dimensions like 64x64x64")
+    dims = tuple(int(p) for p in t.split("x"))
+    if any(d <= 0 for d in dims):
+        raise SpecError(f"{what} {text!r}: every dimension must be a positive integer")
+    return dims
+
+
+def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
+    fields = text.split(":")
+    # A bracket layout may not contain ':'; split is safe.
+    if len(fields) < 2 or len(fields) > 4:
+        raise SpecError(
+            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:vector_size]"
+        )
+    dtype = parse_dtype(fields[0])
+    level = parse_level(fields[1])
+    layout_text, vs_text = "row", None
+    rest = fields[2:]
+    if rest and rest[-1].strip().isdigit():
+        vs_text = rest.pop().strip()
+    if rest:
+        layout_text = rest[0].strip()
+    if level is Level.RF:
+        if layout_text not in ("row", ""):
+            raise SpecError(f"{where}: RF operands have no layout, got {layout_text!r}")
+        layout = lay.EMPTY
+    else:
+        try:
+            layout = lay.parse_layout(layout_text, shape)
+        except ValueError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+    vs = int(vs_text) if vs_text is not None else None
+    if level is Level.VRF and vs is None:
+        raise SpecError(f"{where}: a VRF operand needs a vector size, e.g. f32:VRF:row:16")
+    if level is not Level.VRF and vs is not None:
+        raise SpecError(f"{where}: only VRF operands take a vector size, got {vs} on {level}")
+    if vs is not None and vs * dtype.size not in _VECTOR_BYTES:
+        legal = ", ".join(str(b // dtype.size) for b in _VECTOR_BYTES)
+        raise SpecError(
+            f"{where}: vector size {vs} is illegal for {dtype} (legal: {legal} values)"
+        )
+    t = make_tensor(shape, dtype, level, layout, vs)
+    if t is None:
+        raise SpecError(
+            f"{where}: vector size {vs} does not divide the contiguous runs of shape "
+            f"{'x'.join(map(str, shape))}"
+        )
+    return t
+
+
+def parse_spec(text: str) -> sp.LogicalSpec:
+    """Parse the text form; raises SpecError with a message naming what is wrong."""
+    m = re.fullmatch(r"\s*([A-Za-z]+)\s*\((.*)\)\s*", text, flags=re.S)
+    if not m:
+        raise SpecError(
+            f"malformed spec {text!r}; expected e.g. "
+            "'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)'"
+        )
+    name, body = m.group(1), m.group(2)
+    if name.lower() not in _NAMES:
+        raise SpecError(f"unknown spec kind {name!r}; expected Matmul, MatmulAccum, Move or Zero")
+    kind, accum = _NAMES[name.lower()]
+    parts = _split_top(body)
+    serial = False
+    if parts and parts[-1].lower() == "serial":
+        serial = True
+        parts = parts[:-1]
+    if not parts or not parts[0]:
+        raise SpecError(f"{name}: missing shape")
+    shape = parse_dims(parts[0])
+    if kind == sp.MATMUL:
+        if len(shape) == 3:
+            shape = (1, *shape)
+        if len(shape) != 4:
+            raise SpecError(f"{name}: shape must be MxKxN or BxMxKxN, got {parts[0]!r}")
+    want = _OPERAND_COUNT[kind]
+    if len(parts) - 1 != want:
+        raise SpecError(f"{name} takes {want} operand(s), got {len(parts) - 1}")
+    shapes = [
+        tuple(shape[d] for d in dm) for dm in sp.dim_maps(kind, len(shape))
+    ]
+    roles = ("lhs", "rhs", "out") if kind == sp.MATMUL else ("src", "dst") if kind == sp.MOVE else ("out",)
+    operands = tuple(
+        parse_tensor(p, s, f"{name} operand {r}") for p, s, r in zip(parts[1:], shapes, roles)
+    )
+    _check_dtypes(kind, name, operands)
+    return sp.canonical(kind, accum, shape, operands, serial)
+
+
+def _check_dtypes(kind: str, name: str, operands: tuple[TensorSpec, ...]) -> None:
+    dts = tuple(o.dtype for o in operands)
+    if kind == sp.MATMUL and dts not in MATMUL_DTYPES:
+        got = " x ".join(d.value for d in dts[:2]) + " -> " + dts[2].value
+        raise SpecError(
+            f"{name}: unsupported dtypes {got}; supported: f32 x f32 -> f32, bf16 x bf16 -> f32"
+        )
+    if kind == sp.MOVE and dts[0] != dts[1] and dts != (Dtype.BF16, Dtype.F32):
+        raise SpecError(f"{name}: cannot move {dts[0]} to {dts[1]} (only bf16 -> f32 widens)")
+
+
+def spec_text(spec: sp.LogicalSpec) -> str:
+    return spec.text()

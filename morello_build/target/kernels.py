@@ -1,0 +1,283 @@
+"""Microkernels: the leaves of every program, with applicability, register needs and cost.
+
+Costs are the reference model's integer formulas (see the reference notes, "Kernels");
+deviations are noted per kernel. `memory` is scratch the kernel needs beyond its operands
+(checked against the Spec's limits when selected). C emitters live in
+`morello_build.codegen.kernels`, keyed by kernel name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.levels import Level
+from morello_build.ir.limits import Limits
+from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
+from morello_build.ir.tensorspec import TensorSpec
+from morello_build.target.x86 import Target
+
+F32, BF16 = Dtype.F32, Dtype.BF16
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    kind: str  # spec kind it implements
+    applies: Callable[[LogicalSpec, Target], bool]
+    memory: Callable[[LogicalSpec, Target], Limits]
+    cost: Callable[[LogicalSpec, Target], int]
+
+
+def _regs(rf: int = 0, vrf: int = 0) -> Limits:
+    return (rf, vrf, 0, 0)
+
+
+def _no_mem(spec: LogicalSpec, target: Target) -> Limits:
+    return _regs()
+
+
+def _scalar_here(t: TensorSpec) -> bool:
+    return t.is_scalar and t.level in (Level.RF, Level.L1)
+
+
+def _io(spec: LogicalSpec, target: Target) -> int:
+    return sum(target.move_cost(o) for o in spec.operands)
+
+
+def _vec(t: TensorSpec) -> bool:
+    return t.level is Level.VRF and t.is_contiguous
+
+
+def _nvec(t: TensorSpec) -> int:
+    assert t.vector_size
+    return t.volume // t.vector_size
+
+
+# ---- Matmul (accumulating) -------------------------------------------------------------
+
+
+def _mult_add_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b, c = s.operands
+    return s.accum and all(_scalar_here(o) for o in s.operands) and c.dtype == F32
+
+
+def _mult_add_cost(s: LogicalSpec, t: Target) -> int:
+    # bf16 x bf16 -> f32 converts both inputs (a shift each): priced like CastBf16F32.
+    base = 1 if s.operands[0].dtype == F32 else 4
+    return base + _io(s, t)
+
+
+def _bvma_orientation(s: LogicalSpec) -> str | None:
+    """'row': c[1,1,n] += a[1,1,1] * b[1,1,n]; 'col': c[1,m,1] += a[1,m,1] * b[1,1,1]."""
+    bdim, m, k, n = s.shape
+    if bdim != 1 or k != 1:
+        return None
+    if m == 1:
+        return "row"
+    if n == 1:
+        return "col"
+    return None
+
+
+def _bvma_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b, c = s.operands
+    if not s.accum or not (a.dtype == b.dtype == c.dtype == F32) or not _vec(c):
+        return False
+    o = _bvma_orientation(s)
+    if o == "row":
+        return _scalar_here(a) and _vec(b) and b.vector_size == c.vector_size
+    if o == "col":
+        return _scalar_here(b) and _vec(a) and a.vector_size == c.vector_size and a.volume > 1
+    return False
+
+
+def _bvma_cost(s: LogicalSpec, t: Target) -> int:
+    return 2 * _nvec(s.operands[2]) + 1
+
+
+def _bvma_bf16_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b, c = s.operands
+    return (
+        s.accum
+        and (a.dtype, b.dtype, c.dtype) == (BF16, BF16, F32)
+        and _bvma_orientation(s) == "row"
+        and _scalar_here(a)
+        and _vec(b)
+        and _vec(c)
+        and b.vector_size == c.vector_size
+    )
+
+
+def _bvma_bf16_memory(s: LogicalSpec, t: Target) -> Limits:
+    # One broadcast register plus the widened copy of each B vector.
+    return _regs(vrf=1 + _nvec(s.operands[1]))
+
+
+def _dot_shape(s: LogicalSpec) -> bool:
+    bdim, m, k, n = s.shape
+    a, b, c = s.operands
+    return (
+        s.accum
+        and bdim == m == n == 1
+        and a.level is Level.L1
+        and b.level is Level.L1
+        and a.is_contiguous
+        and b.is_contiguous
+        and _scalar_here(c)
+    )
+
+
+def _accumulators(k: int, strip: int) -> int:
+    """Independent vector accumulators a dot loop uses (hides FMA latency), up to 4."""
+    steps = k // strip
+    return next(c for c in (4, 3, 2, 1) if steps % c == 0)
+
+
+def _dot_f32_applies(s: LogicalSpec, t: Target) -> bool:
+    lanes = t.lanes(F32)
+    return (
+        lanes > 1
+        and _dot_shape(s)
+        and all(o.dtype == F32 for o in s.operands)
+        and s.shape[2] % lanes == 0
+    )
+
+
+def _dot_f32_memory(s: LogicalSpec, t: Target) -> Limits:
+    return _regs(vrf=_accumulators(s.shape[2], t.lanes(F32)) + 2)
+
+
+def _dot_f32_cost(s: LogicalSpec, t: Target) -> int:
+    return 2 * s.shape[2] // t.lanes(F32) + t.move_cost(s.operands[2])
+
+
+def _dot_bf16_applies(s: LogicalSpec, t: Target) -> bool:
+    lanes = t.lanes(F32)
+    dts = tuple(o.dtype for o in s.operands)
+    return lanes > 1 and _dot_shape(s) and dts == (BF16, BF16, F32) and s.shape[2] % lanes == 0
+
+
+def _dot_bf16_memory(s: LogicalSpec, t: Target) -> Limits:
+    return _regs(vrf=_accumulators(s.shape[2], t.lanes(F32)) + 4)
+
+
+def _dot_bf16_cost(s: LogicalSpec, t: Target) -> int:
+    # Widening both inputs costs about as much again as the FMAs.
+    return 3 * s.shape[2] // t.lanes(F32) + t.move_cost(s.operands[2])
+
+
+def _vdpbf16_applies(s: LogicalSpec, t: Target) -> bool:
+    dts = tuple(o.dtype for o in s.operands)
+    return t.isa == "avx512" and _dot_shape(s) and dts == (BF16, BF16, F32) and s.shape[2] % 32 == 0
+
+
+def _vdpbf16_memory(s: LogicalSpec, t: Target) -> Limits:
+    return _regs(vrf=_accumulators(s.shape[2], 32) + 2)
+
+
+def _vdpbf16_cost(s: LogicalSpec, t: Target) -> int:
+    k = s.shape[2]
+    return k // 32 + 4 * _accumulators(k, 32) + t.move_cost(s.operands[2])
+
+
+# ---- Move --------------------------------------------------------------------------------
+
+
+def _assign_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b = s.operands
+    return a.dtype == b.dtype and _scalar_here(a) and _scalar_here(b)
+
+
+def _assign_cost(s: LogicalSpec, t: Target) -> int:
+    return _io(s, t) + 1
+
+
+def _cast_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b = s.operands
+    return (a.dtype, b.dtype) == (BF16, F32) and _scalar_here(a) and _scalar_here(b)
+
+
+def _cast_cost(s: LogicalSpec, t: Target) -> int:
+    return 4 + _io(s, t)
+
+
+def _vassign_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b = s.operands
+    if a.dtype != b.dtype or not (a.is_contiguous and b.is_contiguous) or a.layout != b.layout:
+        return False
+    if Level.VRF not in (a.level, b.level):
+        return False
+    if a.level is Level.VRF and b.level is Level.VRF and a.vector_size != b.vector_size:
+        return False
+    return all(o.level in (Level.VRF, Level.L1) for o in (a, b))
+
+
+def _vassign_cost(s: LogicalSpec, t: Target) -> int:
+    a, b = s.operands
+    vs = a.vector_size or b.vector_size
+    assert vs
+    return a.volume // vs
+
+
+def _vcast_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b = s.operands
+    return (
+        (a.dtype, b.dtype) == (BF16, F32)
+        and _vec(a)
+        and _vec(b)
+        and a.vector_size == b.vector_size
+        and a.layout == b.layout
+    )
+
+
+def _vcast_cost(s: LogicalSpec, t: Target) -> int:
+    return 2 * _nvec(s.operands[0])
+
+
+# ---- Zero --------------------------------------------------------------------------------
+
+
+def _memset_applies(s: LogicalSpec, t: Target) -> bool:
+    (o,) = s.operands
+    return o.level in (Level.L1, Level.GL) and o.is_contiguous
+
+
+def _value_zero_applies(s: LogicalSpec, t: Target) -> bool:
+    return _scalar_here(s.operands[0])
+
+
+def _vector_zero_applies(s: LogicalSpec, t: Target) -> bool:
+    return _vec(s.operands[0])
+
+
+KERNELS: tuple[Kernel, ...] = (
+    Kernel("MultAdd", MATMUL, _mult_add_applies, _no_mem, _mult_add_cost),
+    Kernel("BroadcastVecMultAdd", MATMUL, _bvma_applies, lambda s, t: _regs(vrf=1), _bvma_cost),
+    Kernel(
+        "BroadcastVecMultAddBf16F32",
+        MATMUL,
+        _bvma_bf16_applies,
+        _bvma_bf16_memory,
+        _bvma_cost,
+    ),
+    Kernel("DotProductLoop", MATMUL, _dot_f32_applies, _dot_f32_memory, _dot_f32_cost),
+    Kernel("DotProductLoopBf16", MATMUL, _dot_bf16_applies, _dot_bf16_memory, _dot_bf16_cost),
+    Kernel(
+        "DotProductLoopVdpbf16ps", MATMUL, _vdpbf16_applies, _vdpbf16_memory, _vdpbf16_cost
+    ),
+    Kernel("Assign", MOVE, _assign_applies, _no_mem, _assign_cost),
+    Kernel("CastBf16F32", MOVE, _cast_applies, _no_mem, _cast_cost),
+    Kernel("VectorAssign", MOVE, _vassign_applies, _no_mem, _vassign_cost),
+    Kernel("VectorCastBf16F32", MOVE, _vcast_applies, _no_mem, _vcast_cost),
+    Kernel("MemsetZero", ZERO, _memset_applies, _no_mem, lambda s, t: 1),
+    Kernel("ValueZero", ZERO, _value_zero_applies, _no_mem, lambda s, t: _io(s, t) + 1),
+    Kernel("VectorZero", ZERO, _vector_zero_applies, _no_mem, lambda s, t: _nvec(s.operands[0])),
+)
+
+KERNELS_BY_NAME: dict[str, Kernel] = {k.name: k for k in KERNELS}
+
+
+def kernels_for(kind: str) -> tuple[Kernel, ...]:
+    return tuple(k for k in KERNELS if k.kind == kind)

@@ -1,0 +1,87 @@
+"""The x86 targets: AVX-512, AVX2+FMA and a portable scalar fallback.
+
+Constants follow the published Morello model (reference notes, "X86 target"): 64-byte
+lines, L1 1024 lines, GL 2^25 lines, hit cost per line L1 1 (AVX-512) / 2 (AVX2) and
+GL 20, parallel-loop overhead 850000 (AVX-512) / 230000 (AVX2) + 60 per iteration.
+`processors` is the thread count the kernel is built for (the user's `threads`), not the
+reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from morello_build.errors import SpecError
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.levels import Level
+from morello_build.ir.limits import Limits
+from morello_build.ir.spec import LogicalSpec
+from morello_build.ir.tensorspec import TensorSpec
+from morello_build.target.isa import ISAS, native_isa
+
+
+@dataclass(frozen=True)
+class Target:
+    isa: str  # "avx512" | "avx2" | "x86-64"
+    vector_bytes: tuple[int, ...]  # legal vector register widths
+    max_limits: Limits  # RF, VRF registers; L1, GL lines
+    hit_cost: tuple[int, ...]  # per level, per 64-byte line
+    par_setup: int
+    par_per_iter: int
+    processors: int = 1
+
+    def vector_sizes(self, dtype: Dtype) -> tuple[int, ...]:
+        """Legal values-per-register for `dtype`, smallest first."""
+        return tuple(b // dtype.size for b in self.vector_bytes if b >= dtype.size)
+
+    def lanes(self, dtype: Dtype) -> int:
+        """Values in the widest vector register (1 on the scalar target)."""
+        return max(self.vector_sizes(dtype), default=1)
+
+    def move_cost(self, t: TensorSpec) -> int:
+        """Cost of touching every line of `t` once; doubled when it is not contiguous."""
+        hit = self.hit_cost[t.level]
+        if hit == 0:
+            return 0
+        c = hit * t.cache_lines()
+        return c if t.is_contiguous else 2 * c
+
+    def with_threads(self, threads: int) -> Target:
+        return Target(
+            self.isa,
+            self.vector_bytes,
+            self.max_limits,
+            self.hit_cost,
+            self.par_setup,
+            self.par_per_iter,
+            max(1, threads),
+        )
+
+    def check_spec(self, spec: LogicalSpec) -> None:
+        """Reject Specs this target cannot represent (e.g. 64-byte vectors on AVX2)."""
+        for i, o in enumerate(spec.operands):
+            if o.vector_size is not None and o.vector_size not in self.vector_sizes(o.dtype):
+                legal = ", ".join(map(str, self.vector_sizes(o.dtype))) or "none"
+                raise SpecError(
+                    f"operand {i}: vector size {o.vector_size} is not available for "
+                    f"{o.dtype} on {self.isa} (legal: {legal})"
+                )
+
+
+_GL_LINES = 1 << 25
+
+
+@functools.cache
+def get_target(name: str, threads: int = 1) -> Target:
+    """`avx512`, `avx2`, `x86-64` or `native` (the best this host supports)."""
+    isa = native_isa() if name == "native" else name
+    if isa == "avx512":
+        t = Target("avx512", (16, 32, 64), (16, 32, 1024, _GL_LINES), (0, 0, 1, 20), 850_000, 60)
+    elif isa == "avx2":
+        t = Target("avx2", (16, 32), (16, 16, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60)
+    elif isa == "x86-64":
+        t = Target("x86-64", (), (16, 0, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60)
+    else:
+        raise SpecError(f"unknown target {name!r}; expected native, {', '.join(ISAS)}")
+    return t.with_threads(threads)

@@ -1,0 +1,116 @@
+"""bench_kernel on hand-written kernels: report shape, peer handling and result checking."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from test_verify_harness import matmul_kernel, zero_kernel
+
+import morello_build.bench as bench_mod
+from morello_build.bench import ALL_PEERS, BenchError, bench_kernel
+from morello_build.peers import find_mkl, find_openblas
+from morello_build.verify import IsaUnavailable
+
+FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol
+
+
+def test_report_has_required_keys_and_consistent_ratio() -> None:
+    report = bench_kernel(matmul_kernel("b64", 1, 64, 64, 64), min_time=FAST)
+    data = json.loads(json.dumps(report.to_json()))
+    assert {"spec", "target", "threads", "results", "best_peer", "ratio"} <= data.keys()
+    assert data["spec"] == "Matmul 1x64x64x64" and data["target"] == "x86-64"
+    assert data["threads"] == 1
+    names = [r["name"] for r in data["results"]]
+    assert names == ["morello-build", *ALL_PEERS]
+    morello = data["results"][0]
+    assert morello["gflops"] > 0 and morello["gflops_best"] >= morello["gflops"]
+    assert math.isclose(morello["gflops"], 2 * 64**3 / morello["seconds"] / 1e9)
+    timed = []
+    for r in data["results"][1:]:
+        if "skipped" in r:
+            assert isinstance(r["skipped"], str) and r["skipped"]
+        else:
+            assert r["gflops"] > 0 and r["seconds"] > 0
+            timed.append(r)
+    assert any(r["name"] == "naive" for r in timed)  # always buildable
+    best = min(timed, key=lambda r: r["seconds"])
+    assert data["best_peer"] == best["name"]
+    assert math.isclose(data["ratio"], morello["gflops"] / best["gflops"], rel_tol=1e-9)
+    table = report.format_table()
+    for name in names:
+        assert name in table
+
+
+def test_missing_libraries_are_skipped_with_their_reason() -> None:
+    report = bench_kernel(matmul_kernel("b8", 1, 8, 8, 8), min_time=FAST)
+    for lib, names in ((find_openblas(), ["openblas"]), (find_mkl(), ["mkl", "mkl-jit"])):
+        for name in names:
+            r = report.result(name)
+            if not lib.available:
+                assert r.skipped == lib.reason
+            elif name != "mkl-jit":  # MKL JIT may decline a shape; then it says so
+                assert r.skipped is None, r.skipped
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        matmul_kernel("bl_rhs_col", 2, 17, 33, 9, rhs_order=(0, 2, 1)),
+        matmul_kernel("bl_all", 3, 4, 5, 6, lhs_order=(2, 0, 1), out_order=(0, 2, 1)),
+        matmul_kernel("bl_acc", 1, 16, 32, 24, accumulate=True),
+    ],
+    ids=lambda k: k.abi.name,
+)
+def test_peer_layout_mapping_gives_right_results(kernel: object) -> None:
+    report = bench_kernel(kernel, min_time=FAST)  # type: ignore[arg-type]
+    for r in report.results:
+        assert not (r.skipped or "").startswith("wrong result"), (r.name, r.skipped)
+
+
+def test_peer_with_wrong_result_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not (find_openblas().available or find_mkl().available):
+        pytest.skip("no BLAS peer installed")
+    real = bench_mod._gemm_plan
+
+    def transposed_rhs(abi):  # type: ignore[no-untyped-def]
+        plan = real(abi)
+        flipped = 112 if plan.trans_b == 111 else 111
+        return dataclasses.replace(plan, trans_b=flipped)
+
+    monkeypatch.setattr(bench_mod, "_gemm_plan", transposed_rhs)
+    report = bench_kernel(matmul_kernel("bwrong", 1, 16, 16, 16), min_time=FAST)
+    wrong = [r for r in report.results if (r.skipped or "").startswith("wrong result")]
+    assert wrong, report.format_table()
+    assert report.result("naive").skipped is None
+
+
+def test_wrong_morello_kernel_is_an_error() -> None:
+    with pytest.raises(BenchError, match="wrong result"):
+        bench_kernel(matmul_kernel("bbad", 1, 8, 8, 8, bug="k_off_by_one"), min_time=FAST)
+
+
+def test_bf16_peers() -> None:
+    report = bench_kernel(matmul_kernel("bbf16", 1, 16, 32, 16, in_dtype="bf16"), min_time=FAST)
+    assert report.result("morello-build").gflops > 0
+    assert "bf16" in (report.result("mkl-jit").skipped or "bf16")
+    if find_openblas().available and find_openblas().symbol("sbgemm") is None:
+        assert "sbgemm" in (report.result("openblas").skipped or "")
+    if find_mkl().available:
+        assert report.result("mkl").skipped is None
+
+
+def test_non_matmul_and_unknown_peer() -> None:
+    report = bench_kernel(zero_kernel("bzero"), peers=["naive", "openblas", "eigen"], min_time=FAST)
+    assert report.result("naive").skipped is None
+    assert report.result("openblas").skipped
+    assert "unknown peer" in (report.result("eigen").skipped or "")
+    assert report.best_peer == "naive" and report.ratio is not None
+
+
+def test_isa_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_mod, "host_supports", lambda isa: False)
+    with pytest.raises(IsaUnavailable):
+        bench_kernel(zero_kernel("b_isa"), min_time=FAST)
