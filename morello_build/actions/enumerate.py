@@ -6,7 +6,10 @@ and the target, never on memory limits. Order: moves, tilings, splits, kernels, 
 The search space is Morello's, pruned where a move could never pay off, to keep Python
 synthesis fast (each pruning is a documented choice, not a limitation of the model):
 - same-level relayouts (packing) only for Matmul inputs in GL/L1;
-- RF moves only from L1 and only for tensors that fit the scalar register file;
+- RF moves only from L1 and only for single values (vectors do the register blocking);
+- a non-accumulating Matmul only tiles, moves its output, or becomes zero + accumulate;
+- no VRF moves of a Matmul lhs (kernels read it as scalars or contiguous L1 rows);
+- relayouts: B (rhs) into N-panels, and strided input tiles into dense L1 copies;
 - VRF moves use one vector size: as many f32 values as the widest register holds (so a
   bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor;
 - Move and Zero Specs get no same-level moves (a copy of a copy never helps).
@@ -53,7 +56,10 @@ def clear_cache() -> None:
 
 def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     acts: list[Action] = []
-    for i in range(len(spec.operands)):
+    movable = range(len(spec.operands))
+    if spec.kind == MATMUL and not spec.accum:
+        movable = range(spec.output_index, spec.output_index + 1)
+    for i in movable:
         acts.extend(_moves(spec, i, target))
     acts.extend(_tilings(spec, target))
     if spec.kind == MATMUL and spec.accum:
@@ -106,22 +112,23 @@ def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target
     return None
 
 
-def _relayouts(spec: LogicalSpec, i: int, t: TensorSpec, target: Target) -> list[lay.Layout]:
-    """Layouts worth copying a Matmul input into: dense row-major, or panels."""
+def _relayouts(spec: LogicalSpec, i: int, t: TensorSpec, level: Level, target: Target) -> list[lay.Layout]:
+    """Layouts worth copying a Matmul input into.
+
+    A dense row-major copy of a strided tile (into L1), and for B (rhs) N-panels
+    `[n / p][k][p]` with p one or two vector widths (in GL or L1), which make each
+    k-row of a register tile one contiguous run.
+    """
     shape = t.shape
     out = []
     rm = lay.row_major(shape)
-    if t.layout != rm:
+    if level is Level.L1 and t.layout != rm:
         out.append(rm)
-    lanes = target.lanes(Dtype.F32)
-    if i == 1:  # B as N-panels: [n / p][k][p]
-        for p in sorted({lanes, 2 * lanes, 16, 32}):
+    if i == 1:
+        lanes = target.lanes(Dtype.F32)
+        for p in sorted({lanes, 2 * lanes}):
             if 1 < p < shape[2] and shape[2] % p == 0 and shape[1] > 1:
                 out.append(lay.packed((0, 2, 1), 2, p, shape))
-    else:  # A as M-panels: [m / p][k][p]
-        for p in (4, 8, 16):
-            if p < shape[1] and shape[1] % p == 0 and shape[2] > 1:
-                out.append(lay.packed((0, 1, 2), 1, p, shape))
     return [x for x in dict.fromkeys(out) if x != t.layout]
 
 
@@ -137,9 +144,11 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
             continue
         for dtype in dtypes:
             if level is Level.RF:
-                if t.volume <= target.max_limits[Level.RF]:
+                if t.volume == 1:
                     acts.append(Move(i, level, lay.EMPTY, None, dtype))
             elif level is Level.VRF:
+                if spec.kind == MATMUL and i == 0:
+                    continue  # lhs is only ever read as broadcast scalars or dot rows
                 cands = [lay.row_major(t.shape)]
                 own = t.layout.with_full_contig()
                 if own != cands[0] and dtype == t.dtype:
@@ -155,7 +164,7 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                 if dtype != t.dtype:
                     layouts.append(lay.row_major(t.shape))  # a widening copy
                 elif is_matmul_input:
-                    layouts.extend(_relayouts(spec, i, t, target))
+                    layouts.extend(_relayouts(spec, i, t, level, target))
                 for layout in layouts:
                     acts.append(Move(i, level, layout, None, dtype))
     return acts

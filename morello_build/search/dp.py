@@ -25,6 +25,7 @@ from morello_build.ir.limits import (
     Limits,
     add_peak,
     elementwise_max,
+    prev_pow2,
     subtract,
 )
 from morello_build.ir.spec import LogicalSpec, Spec
@@ -98,10 +99,11 @@ class Search:
                 for child, coef in zip(plan.children, plan.coefs):
                     r, chi = self._solve(child, child_limits)
                     for lvl in range(LEVEL_COUNT):
-                        if REGISTER_LEVELS[lvl]:
-                            bound = chi[lvl] + own[lvl]
-                        else:
-                            bound = chi[lvl] if own[lvl] == 0 else limits[lvl]
+                        o = own[lvl]
+                        if REGISTER_LEVELS[lvl] or o == 0:
+                            bound = chi[lvl] + o
+                        else:  # child gets prev_pow2(X - o): stays <= chi while X < o + 2^(log2 chi + 1)
+                            bound = o + 2 * prev_pow2(chi[lvl]) - 1 if chi[lvl] else o
                         if bound < hi[lvl]:
                             hi[lvl] = bound
                     if r is None:

@@ -1,0 +1,124 @@
+"""Plain-text reports for ``morello cache path|info|clear|verify``.
+
+The CLI wires each subcommand to ``run_cache_command`` in one line; the formatting lives
+here so it can be tested without the CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from .store import TableInfo, cache_root, clear, info, verify
+
+__all__ = ["ACTIONS", "format_info", "format_table", "format_verify", "run_cache_command"]
+
+ACTIONS = ("path", "info", "clear", "verify")
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """Columns padded to their widest cell; column indices in ``right`` are right-aligned."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_info(rows: Sequence[TableInfo]) -> str:
+    """One line per table key plus a total: pages, boxes, points, points/box, disk size."""
+    if not rows:
+        return "cache is empty"
+    header = ["schema", "target", "table key", "pages", "boxes", "points", "pts/box", "disk", "bad"]
+    body = [
+        [
+            r.schema,
+            r.target,
+            r.key,
+            str(r.pages),
+            str(r.boxes),
+            str(r.points),
+            f"{r.ratio:.1f}",
+            _human_bytes(r.bytes),
+            str(r.bad_files),
+        ]
+        for r in rows
+    ]
+    boxes = sum(r.boxes for r in rows)
+    points = sum(r.points for r in rows)
+    body.append(
+        [
+            "total",
+            "",
+            f"{len(rows)} tables",
+            str(sum(r.pages for r in rows)),
+            str(boxes),
+            str(points),
+            f"{points / boxes:.1f}" if boxes else "0.0",
+            _human_bytes(sum(r.bytes for r in rows)),
+            str(sum(r.bad_files for r in rows)),
+        ]
+    )
+    return format_table(header, body, right={3, 4, 5, 6, 7, 8})
+
+
+def format_verify(results: Sequence[tuple[Path, bool, str]]) -> str:
+    """One line per page file (status, path, reason) and a summary line."""
+    bad = sum(1 for _, ok, _ in results if not ok)
+    summary = f"{len(results)} page files checked, {bad} bad"
+    if not results:
+        return summary
+    rows = [["ok" if ok else "BAD", str(p), "" if ok else reason] for p, ok, reason in results]
+    return format_table(["status", "file", "problem"], rows, right=set()) + "\n" + summary
+
+
+def run_cache_command(action: str, root: Path | None = None, out: TextIO | None = None) -> int:
+    """Run one cache subcommand, print its report, return the process exit code.
+
+    ``root=None`` means the configured cache (``MORELLO_CACHE_DIR`` or the user cache
+    dir). ``verify`` exits 1 if any page file is bad; an unknown action exits 2.
+    """
+    stream = out if out is not None else sys.stdout
+    if action not in ACTIONS:
+        print(
+            f"morello cache: unknown action {action!r}; use one of {', '.join(ACTIONS)}",
+            file=sys.stderr,
+        )
+        return 2
+    base = root if root is not None else cache_root()
+    if base is None:
+        print("caching is disabled (MORELLO_NO_CACHE=1)", file=stream)
+        return 0
+    if action == "path":
+        print(base, file=stream)
+        return 0
+    if action == "info":
+        print(f"cache: {base}", file=stream)
+        print(format_info(info(base)), file=stream)
+        return 0
+    if action == "clear":
+        n = clear(base)
+        print(f"removed {n} files from {base}", file=stream)
+        return 0
+    results = verify(base)
+    print(format_verify(results), file=stream)
+    return 1 if any(not ok for _, ok, _ in results) else 0
