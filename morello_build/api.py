@@ -1,0 +1,171 @@
+"""The Python API: synthesize a Spec, or a whole kernel (C source + header).
+
+    >>> from morello_build.api import synthesize, matmul_spec_text
+    >>> s = synthesize(matmul_spec_text(1, 64, 64, 64), "avx512")
+    >>> s.impl  # the chosen program tree
+
+Everything a user can get wrong raises `MorelloError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from morello_build.codegen.abi import GeneratedKernel
+from morello_build.errors import MorelloError, NoImplementation, SpecError
+from morello_build.imp.nodes import Impl
+from morello_build.ir.levels import Level
+from morello_build.ir.spec import MATMUL, LogicalSpec, Spec
+from morello_build.ir.text import parse_spec
+from morello_build.search.dp import Progress, Search
+from morello_build.search.memo import DictMemo, Memo
+from morello_build.target.isa import native_isa
+from morello_build.target.x86 import Target, get_target
+
+
+def matmul_spec_text(
+    b: int,
+    m: int,
+    k: int,
+    n: int,
+    *,
+    dtype: str = "f32",
+    layouts: tuple[str, str, str] = ("row", "row", "row"),
+    accumulate: bool = False,
+    threads: int = 1,
+) -> str:
+    """Text of a Matmul Spec with every operand in main memory (a kernel's parameters).
+
+    `dtype="bf16"` means bf16 x bf16 -> f32.
+    """
+    if dtype not in ("f32", "bf16"):
+        raise SpecError(f"unsupported matmul dtype {dtype!r}; expected f32 or bf16")
+    for what, v in (("b", b), ("m", m), ("k", k), ("n", n)):
+        if not isinstance(v, int) or v <= 0:
+            raise SpecError(f"matmul {what} must be a positive integer, got {v!r}")
+    for lay in layouts:
+        if lay not in ("row", "col"):
+            raise SpecError(f"unknown layout {lay!r}; expected row or col")
+    name = "MatmulAccum" if accumulate else "Matmul"
+    a, bb, c = (f"{dt}:GL:{lay}" for dt, lay in zip((dtype, dtype, "f32"), layouts))
+    serial = ", serial" if threads <= 1 else ""
+    return f"{name}({b}x{m}x{k}x{n}, {a}, {bb}, {c}{serial})"
+
+
+def resolve_target(name: str) -> str:
+    """`native` becomes the best ISA of this host; other names are checked."""
+    isa = native_isa() if name == "native" else name
+    get_target(isa)  # raises SpecError for unknown names
+    return isa
+
+
+def as_spec(spec: LogicalSpec | str) -> LogicalSpec:
+    return parse_spec(spec) if isinstance(spec, str) else spec
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    spec: LogicalSpec
+    target: Target
+    impl: Impl
+    solved: int  # Specs the DP solved in this call
+    cache_hits: int  # Specs answered by the persistent cache
+    seconds: float
+
+
+def make_memo(isa: str, use_cache: bool) -> Memo:
+    if not use_cache:
+        return DictMemo()
+    from morello_build.memo.persistent import PersistentMemo
+
+    return PersistentMemo(isa)
+
+
+def synthesize(
+    spec: LogicalSpec | str,
+    target: str = "native",
+    *,
+    threads: int = 1,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+    memo: Memo | None = None,
+) -> Synthesis:
+    """Find the cheapest program for `spec` (all memory available) on `target`."""
+    ls = as_spec(spec)
+    isa = resolve_target(target)
+    tgt = get_target(isa, threads)
+    tgt.check_spec(ls)
+    if memo is None:
+        memo = make_memo(isa, use_cache)
+    start = time.perf_counter()
+    search = Search(tgt, memo, progress=progress)
+    impl = search.reconstruct(Spec(ls, tgt.max_limits))
+    flush = getattr(memo, "flush", None)
+    if flush is not None:
+        flush()
+    if impl is None:
+        raise NoImplementation(f"no implementation of {ls.text()} fits the {isa} target")
+    hits = getattr(memo, "cache_hits", 0)
+    return Synthesis(ls, tgt, impl, search.stats.solved, hits, time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    kernel: GeneratedKernel
+    cache_hit: bool  # True when nothing had to be solved
+    solved: int
+    seconds: float
+
+
+def load_schedule(ref: str) -> Callable[..., Impl]:
+    """Import a hand schedule given as `module:function`."""
+    mod_name, _, fn_name = ref.partition(":")
+    if not mod_name or not fn_name:
+        raise MorelloError(f"schedule {ref!r}: expected 'module:function'")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise MorelloError(f"schedule {ref!r}: cannot import {mod_name}: {exc}") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise MorelloError(f"schedule {ref!r}: {mod_name} has no function {fn_name!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def synthesize_kernel(
+    spec_text: str,
+    *,
+    name: str,
+    target: str,
+    schedule: str | None = None,
+    use_cache: bool = True,
+    threads: int = 1,
+    annotate: bool = False,
+    progress: Progress | None = None,
+) -> SynthResult:
+    """Synthesize (or replay from the cache) and generate C for one kernel."""
+    from morello_build.codegen.emit import generate_c
+
+    ls = as_spec(spec_text)
+    if ls.kind == MATMUL and any(o.level is not Level.GL for o in ls.operands):
+        raise SpecError(f"{name}: kernel operands must live in GL (main memory)")
+    if not name.isidentifier():
+        raise SpecError(f"kernel name {name!r} is not a C identifier")
+    isa = resolve_target(target)
+    start = time.perf_counter()
+    if schedule is not None:
+        from morello_build.schedule import Schedule
+
+        fn = load_schedule(schedule)
+        tgt = get_target(isa, threads)
+        sched = fn(Schedule.for_spec(ls, tgt))
+        impl = sched.synthesize_rest(use_cache=use_cache).impl if isinstance(sched, Schedule) else sched
+        solved = 0
+    else:
+        syn = synthesize(ls, isa, threads=threads, use_cache=use_cache, progress=progress)
+        impl, solved = syn.impl, syn.solved
+    kernel = generate_c(impl, name, isa, annotate=annotate)
+    return SynthResult(kernel, solved == 0, solved, time.perf_counter() - start)

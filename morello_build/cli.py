@@ -1,0 +1,275 @@
+"""`morello` (also `python -m morello_build`): synthesize, inspect, verify, benchmark.
+
+    morello synth matmul 64x64x64 --target avx512          # print the chosen program
+    morello synth "Matmul(1x8x8x8, f32:GL:row, f32:GL:row, f32:GL:row)" --format json
+    morello synth matmul 64x64x64 --format c -o mm.c --header mm.h
+    morello verify matmul 100x37x250 --target avx2
+    morello bench matmul 256x256x256 --json
+    morello cache info
+    morello generate --config pyproject.toml --out-dir build/gen
+    morello --cmake-dir
+
+A user mistake prints one line on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from morello_build import __version__
+from morello_build.errors import MorelloError, SpecError
+from morello_build.ir.text import parse_dims
+
+SPEC_HELP = (
+    "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
+    "or the shorthand 'matmul MxKxN' / 'matmul BxMxKxN' (operands in GL, see --dtype, "
+    "--layout-b, --accumulate)"
+)
+
+
+def spec_from_args(args: argparse.Namespace) -> str:
+    """The Spec text from either the full text form or the matmul shorthand."""
+    from morello_build.api import matmul_spec_text
+
+    tokens = list(args.spec)
+    if tokens and tokens[0].lower() == "matmul" and len(tokens) == 2:
+        dims = parse_dims(tokens[1])
+        if len(dims) == 3:
+            dims = (1, *dims)
+        if len(dims) != 4:
+            raise SpecError(f"matmul shape must be MxKxN or BxMxKxN, got {tokens[1]!r}")
+        return matmul_spec_text(
+            *dims,
+            dtype=args.dtype,
+            layouts=("row", args.layout_b, "row"),
+            accumulate=args.accumulate,
+            threads=args.threads,
+        )
+    text = " ".join(tokens)
+    if args.threads > 1 and text.rstrip().endswith(", serial)"):
+        text = text.rstrip()[: -len(", serial)")] + ")"
+    return text
+
+
+def _add_spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", nargs="+", help=SPEC_HELP)
+    p.add_argument(
+        "--target",
+        default="native",
+        help="native (this host's best), avx512, avx2 or x86-64 (scalar) [default: native]",
+    )
+    p.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                   help="shorthand only: f32, or bf16 (bf16 x bf16 -> f32) [default: f32]")
+    p.add_argument("--layout-b", choices=("row", "col"), default="row",
+                   help="shorthand only: layout of the right-hand matrix [default: row]")
+    p.add_argument("--accumulate", action="store_true",
+                   help="shorthand only: out += a @ b instead of out = a @ b")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads the kernel may use (OpenMP parallel loops when > 1) [default: 1]")
+    p.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the persistent memo cache")
+    p.add_argument("--name", default="kernel", help="C function name [default: kernel]")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+def _progress(quiet: bool):  # type: ignore[no-untyped-def]
+    if quiet:
+        return None
+
+    def report(solved: int, seconds: float) -> None:
+        print(f"  ... {solved} Specs solved, {seconds:.0f} s", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _synth_kernel(args: argparse.Namespace, spec_text: str):  # type: ignore[no-untyped-def]
+    from morello_build.api import synthesize_kernel
+
+    return synthesize_kernel(
+        spec_text,
+        name=args.name,
+        target=args.target,
+        use_cache=not args.no_cache,
+        threads=args.threads,
+        annotate=getattr(args, "annotate", False),
+        progress=_progress(args.quiet),
+    )
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from morello_build.api import synthesize
+    from morello_build.imp import printer
+
+    spec_text = spec_from_args(args)
+    if args.format == "c":
+        res = _synth_kernel(args, spec_text)
+        k = res.kernel
+        if args.output:
+            Path(args.output).write_text(k.c_source)
+        else:
+            sys.stdout.write(k.c_source)
+        if args.header:
+            Path(args.header).write_text(k.header)
+        print(
+            f"{k.abi.name}: {res.solved} Specs solved in {res.seconds:.2f} s"
+            + (" (cache hit)" if res.cache_hit else ""),
+            file=sys.stderr,
+        )
+        return 0
+    syn = synthesize(
+        spec_text,
+        args.target,
+        threads=args.threads,
+        use_cache=not args.no_cache,
+        progress=_progress(args.quiet),
+    )
+    assert syn.impl.cost is not None
+    if args.format == "json":
+        doc = {
+            "spec": syn.spec.text(),
+            "target": syn.target.isa,
+            "threads": syn.target.processors,
+            "cost": syn.impl.cost.main,
+            "solved": syn.solved,
+            "cache_hits": syn.cache_hits,
+            "seconds": round(syn.seconds, 4),
+            "impl": printer.to_json(syn.impl),
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(printer.to_text(syn.impl))
+        print(
+            f"\n{syn.spec.text()} on {syn.target.isa}: cost {syn.impl.cost.main}; "
+            f"{syn.solved} Specs solved, {syn.cache_hits} from the cache, {syn.seconds:.2f} s"
+        )
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from morello_build.verify import verify_kernel
+
+    spec_text = spec_from_args(args)
+    res = _synth_kernel(args, spec_text)
+    compilers = args.cc or ["gcc"]
+    ok = True
+    for cc in compilers:
+        r = verify_kernel(res.kernel, compiler=cc, seed=args.seed)
+        status = "OK" if r.ok else "MISMATCH"
+        print(
+            f"{res.kernel.spec_text} [{res.kernel.abi.isa}, {cc}]: {status}  "
+            f"max abs err {r.max_abs_err:.3g}, max rel err {r.max_rel_err:.3g} "
+            f"(tolerance {r.tolerance:.3g})"
+        )
+        if not r.ok:
+            print(f"  {r.details}")
+        ok = ok and r.ok
+    return 0 if ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from morello_build.bench import bench_kernel
+
+    spec_text = spec_from_args(args)
+    res = _synth_kernel(args, spec_text)
+    peers = args.peers.split(",") if args.peers else None
+    report = bench_kernel(res.kernel, peers=peers, threads=args.threads, min_time=args.min_time)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.format_table())
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from morello_build.memo.report import run_cache_command
+
+    return run_cache_command(args.action, Path(args.root) if args.root else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="morello",
+        description="Synthesize fast, verified x86 C kernels with dynamic programming over "
+        "program rewrites (the Morello approach).",
+    )
+    p.add_argument("--version", action="version", version=f"morello-build {__version__}")
+    p.add_argument("--cmake-dir", action="store_true",
+                   help="print the directory holding MorelloBuildConfig.cmake and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("synth", help="synthesize a Spec and print the chosen program",
+                       description="Synthesize the cheapest program for a Spec.")
+    _add_spec_args(s)
+    s.add_argument("--format", choices=("impl", "json", "c"), default="impl",
+                   help="impl: indented tree; json: machine-readable; c: C source [default: impl]")
+    s.add_argument("-o", "--output", help="with --format c: write the C source here")
+    s.add_argument("--header", help="with --format c: write the header here")
+    s.add_argument("--annotate", action="store_true",
+                   help="with --format c: comment each block with the Spec it implements")
+    s.set_defaults(func=cmd_synth)
+
+    v = sub.add_parser("verify", help="synthesize, compile and compare against numpy",
+                       description="Compile the kernel, run it on random inputs and compare "
+                       "with a numpy reference. Exit 0 only when results match.")
+    _add_spec_args(v)
+    v.add_argument("--cc", action="append", choices=("gcc", "clang"),
+                   help="compiler(s) to verify with; repeatable [default: gcc]")
+    v.add_argument("--seed", type=int, default=0, help="random input seed [default: 0]")
+    v.set_defaults(func=cmd_verify)
+
+    b = sub.add_parser("bench", help="time the kernel against OpenBLAS, MKL and a loop nest",
+                       description="Time the kernel and its peers in one C harness.")
+    _add_spec_args(b)
+    b.add_argument("--peers", help="comma-separated subset of naive,openblas,mkl,mkl-jit")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--min-time", type=float, default=0.5,
+                   help="seconds of timing per implementation [default: 0.5]")
+    b.set_defaults(func=cmd_bench)
+
+    c = sub.add_parser("cache", help="inspect or clear the persistent memo cache",
+                       description="path: where it is; info: tables, boxes, compression; "
+                       "clear: delete it; verify: re-check every page file.")
+    c.add_argument("action", choices=("path", "info", "clear", "verify"))
+    c.add_argument("--root", help="cache root [default: MORELLO_CACHE_DIR or the user cache dir]")
+    c.set_defaults(func=cmd_cache)
+
+    sub.add_parser("generate", help="build step: generate declared kernels (see generate --help)",
+                   add_help=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "generate":
+        from morello_build.build.generate import generate_main
+
+        return generate_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmake_dir:
+        from morello_build.build.generate import cmake_dir
+
+        print(cmake_dir())
+        return 0
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    if getattr(args, "threads", 1) < 1:
+        print("morello: error: --threads must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except MorelloError as exc:
+        print(f"morello: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("morello: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""Canonical Spec <-> (table key, integer point): where a Spec lives in the memo table.
+
+key   = operation, dtypes, rank (categorical parts)
+point = accum flag (0 = accumulating, a dependency of the plain form), log2 of each spec
+        dim, per operand (level, layout code, full - contig, log2 vector size + 1), serial
+        flag (0 = serial), then the memory limits: raw register counts for RF/VRF and the
+        bit length for L1/GL (limits there are 0 or powers of two).
+
+Shapes with a non-power-of-two dim (remainder slabs) or exotic layouts fall outside the
+map; they go to a side table keyed by the full logical Spec text whose points are the
+memory coordinates only.
+"""
+
+from __future__ import annotations
+
+from morello_build.ir.layout import Layout
+from morello_build.ir.levels import Level
+from morello_build.ir.limits import Limits
+from morello_build.ir.spec import LogicalSpec
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def _log2_exact(x: int) -> int | None:
+    if x <= 0 or x & (x - 1):
+        return None
+    return x.bit_length() - 1
+
+
+def layout_code(layout: Layout, rank: int) -> int | None:
+    """Injective integer code of a layout's physical dims (None if too big to encode)."""
+    radix = rank * 3 * 16 + 1
+    code = 0
+    for pd in layout.dims:
+        size = 0
+        if pd.size:
+            lg = _log2_exact(pd.size)
+            if lg is None or lg >= 16:
+                return None
+            size = lg
+        code = code * radix + (pd.axis * 3 + pd.kind) * 16 + size + 1
+    return code if code <= _INT32_MAX else None
+
+
+def memory_coords(limits: Limits) -> tuple[int, ...]:
+    return tuple(
+        v if lvl.counts_registers else v.bit_length() for lvl, v in zip(Level, limits)
+    )
+
+
+def limit_from_coord(level: int, coord: int) -> int:
+    """Largest limit value with this coordinate (inverse of memory_coords, rounding up)."""
+    if Level(level).counts_registers:
+        return coord
+    return (1 << coord) - 1 if coord else 0
+
+
+def table_key(spec: LogicalSpec) -> str:
+    dts = ",".join(o.dtype.value for o in spec.operands)
+    return f"{spec.kind}/{dts}/{len(spec.shape)}"
+
+
+def spatial_point(spec: LogicalSpec) -> tuple[int, ...] | None:
+    """The non-memory coordinates, or None when the Spec is outside the spatial map."""
+    pt: list[int] = [0 if spec.accum else 1]
+    for d in spec.shape:
+        lg = _log2_exact(d)
+        if lg is None:
+            return None
+        pt.append(lg)
+    for o in spec.operands:
+        code = layout_code(o.layout, len(o.shape))
+        if code is None:
+            return None
+        vs = _log2_exact(o.vector_size) + 1 if o.vector_size else 0  # type: ignore[operator]
+        pt.extend((int(o.level), code, len(o.layout.dims) - o.layout.contig, vs))
+    pt.append(0 if spec.serial else 1)
+    return tuple(pt)
+
+
+def locate(spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
+    """(table key, non-memory point); the side-table key has an empty point."""
+    pt = spatial_point(spec)
+    if pt is None:
+        return "ns/" + spec.text(), ()
+    return table_key(spec), pt
