@@ -1,0 +1,68 @@
+"""The DP over the compressed, persistent table: same answers, warm runs solve nothing."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from morello_build.api import synthesize
+from morello_build.memo.persistent import PersistentMemo
+from morello_build.memo.store import verify
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MORELLO_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MORELLO_NO_CACHE", raising=False)
+    return tmp_path
+
+
+SPECS = [
+    ("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512"),
+    ("Matmul(1x10x10x10, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx2"),
+    ("Matmul(1x1x64x32, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "avx512"),
+    ("Matmul(1x8x8x8, f32:GL:row, f32:GL:col, f32:GL:row, serial)", "x86-64"),
+]
+
+
+@pytest.mark.parametrize("text, isa", SPECS)
+def test_compressed_table_picks_the_same_impls_as_the_dict(cache_dir, text, isa):
+    plain = synthesize(text, isa, use_cache=False)
+    cold = synthesize(text, isa, memo=PersistentMemo(isa))
+    warm = synthesize(text, isa, memo=PersistentMemo(isa))
+    assert cold.impl == plain.impl
+    assert warm.impl == plain.impl
+    assert cold.solved > 0 and warm.solved == 0
+    assert all(ok for _, ok, _ in verify(cache_dir))
+
+
+def test_related_spec_reuses_the_cache(cache_dir):
+    synthesize("Matmul(1x32x32x32, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
+    smaller = synthesize(
+        "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512"
+    )
+    fresh = synthesize(
+        "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)",
+        "avx512",
+        use_cache=False,
+    )
+    assert smaller.impl == fresh.impl
+    assert smaller.solved < fresh.solved / 4
+
+
+def test_cli_second_run_solves_nothing(cache_dir):
+    env = dict(os.environ, MORELLO_CACHE_DIR=str(cache_dir))
+    cmd = [sys.executable, "-m", "morello_build", "synth", "matmul", "16x16x16",
+           "--target", "avx2", "--format", "json", "-q"]
+    import json
+
+    first = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
+    second = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
+    assert first["solved"] > 0 and second["solved"] == 0
+    assert first["impl"] == second["impl"]
+    info = subprocess.run(
+        [sys.executable, "-m", "morello_build", "cache", "info"], env=env,
+        capture_output=True, text=True, check=True,
+    )
+    assert "matmul" in info.stdout

@@ -1,0 +1,110 @@
+"""The DP: optimality against brute force, cost consistency, and plan shapes."""
+
+import itertools
+
+import pytest
+
+from morello_build.actions.enumerate import actions_for
+from morello_build.imp.nodes import Alloc, Kernel, Loop
+from morello_build.imp.printer import iter_nodes
+from morello_build.ir.levels import Level
+from morello_build.ir.limits import ZERO, subtract
+from morello_build.ir.spec import Spec
+from morello_build.ir.text import parse_spec
+from morello_build.schedule import with_costs
+from morello_build.search.dp import Search
+from morello_build.target.x86 import get_target
+
+
+def all_impls(ls, limits, target, memo):
+    """Every Impl of `ls` under `limits` (no memo of costs: whole trees, enumerated)."""
+    key = (ls, limits)
+    if key in memo:
+        return memo[key]
+    out = []
+    for action, plan in actions_for(ls, target):
+        child_limits = subtract(limits, plan.own) if plan.own != ZERO else limits
+        if child_limits is None:
+            continue
+        options = [all_impls(c, child_limits, target, memo) for c in plan.children]
+        for combo in itertools.product(*options):
+            out.append(action.build(ls, plan, tuple(combo)))
+    memo[key] = out
+    return out
+
+
+@pytest.mark.parametrize(
+    "text, isa",
+    [
+        ("MatmulAccum(1x2x1x2, f32:L1:row, f32:L1:row, f32:L1:row, serial)", "x86-64"),
+        ("MatmulAccum(1x1x2x2, f32:GL:row, f32:L1:row, f32:L1:row, serial)", "x86-64"),
+        ("Matmul(1x2x2x1, f32:L1:row, f32:L1:col, f32:L1:row, serial)", "x86-64"),
+        ("MatmulAccum(1x1x1x8, f32:L1:row, f32:L1:row, f32:L1:row, serial)", "avx2"),
+        ("Move(2x4, f32:GL:row, f32:L1:col, serial)", "x86-64"),
+    ],
+)
+def test_dp_matches_exhaustive_enumeration(text, isa):
+    t = get_target(isa)
+    ls = parse_spec(text)
+    impls = all_impls(ls, t.max_limits, t, {})
+    assert len(impls) > 1  # a real choice is being made
+    costs = [with_costs(i, t).cost for i in impls]
+    best = min(costs)
+    result = Search(t).solve(Spec(ls, t.max_limits))
+    assert result is not None
+    assert (result.cost.main, result.cost.peaks) == (best.main, best.peaks)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_matmul_64_is_register_blocked(isa):
+    t = get_target(isa)
+    ls = parse_spec("Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    impl = Search(t).reconstruct(Spec(ls, t.max_limits))
+    nodes = iter_nodes(impl)
+    vrf_out = [
+        n for n in nodes
+        if isinstance(n, Alloc) and n.tensor.level is Level.VRF and n.operand == 2
+    ]
+    assert vrf_out, "the output tile must live in vector registers"
+    assert vrf_out[0].tensor.volume // vrf_out[0].tensor.vector_size >= 4
+    kernels = {n.name for n in nodes if isinstance(n, Kernel)}
+    assert "BroadcastVecMultAdd" in kernels
+
+
+@pytest.mark.parametrize(
+    "text, isa",
+    [
+        ("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512"),
+        ("Matmul(1x10x10x10, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx2"),
+        ("Matmul(1x3x5x7, f32:GL:row, f32:GL:col, f32:GL:row, serial)", "x86-64"),
+        ("Matmul(1x1x64x32, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "avx512"),
+    ],
+)
+def test_dp_costs_equal_recomputed_tree_costs(text, isa):
+    t = get_target(isa)
+    ls = parse_spec(text)
+    impl = Search(t).reconstruct(Spec(ls, t.max_limits))
+    assert impl is not None
+    recomputed = with_costs(impl, t)
+    for a, b in zip(iter_nodes(impl), iter_nodes(recomputed)):
+        assert a.cost == b.cost, a.spec.text()
+
+
+def test_boundary_bodies_for_non_powers_of_two():
+    t = get_target("avx2")
+    ls = parse_spec("Matmul(1x10x10x10, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    impl = Search(t).reconstruct(Spec(ls, t.max_limits))
+    loops = [n for n in iter_nodes(impl) if isinstance(n, Loop) and len(n.children) > 1]
+    assert loops, "10 is not a power of two: some loop must have a boundary body"
+    for loop in loops:
+        for off, body in zip(loop.boundary_offsets, loop.children[1:]):
+            for d, o in enumerate(off):
+                assert o == 0 or o + body.spec.shape[d] == loop.spec.shape[d]
+
+
+def test_search_is_deterministic():
+    t = get_target("avx512")
+    ls = parse_spec("Matmul(1x32x16x32, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    a = Search(t).reconstruct(Spec(ls, t.max_limits))
+    b = Search(t).reconstruct(Spec(ls, t.max_limits))
+    assert a == b
