@@ -52,7 +52,7 @@ def test_synth_json_document():
     doc = json.loads(r.stdout)
     assert doc["spec"] == "Matmul(1x8x8x8, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
     assert doc["target"] == "avx2" and doc["solved"] > 0 and doc["cost"] > 0
-    assert doc["impl"]["kind"] == "block" and doc["impl"]["children"]
+    assert doc["impl"]["kind"] in ("block", "alloc", "loop") and doc["impl"]["children"]
 
     def kinds(n):
         yield n["kind"], n["kernel"]
