@@ -132,7 +132,7 @@ def load_schedule(ref: str) -> Callable[..., Impl]:
     fn = getattr(mod, fn_name, None)
     if not callable(fn):
         raise MorelloError(f"schedule {ref!r}: {mod_name} has no function {fn_name!r}")
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def synthesize_kernel(
@@ -162,7 +162,11 @@ def synthesize_kernel(
         fn = load_schedule(schedule)
         tgt = get_target(isa, threads)
         sched = fn(Schedule.for_spec(ls, tgt))
-        impl = sched.synthesize_rest(use_cache=use_cache).impl if isinstance(sched, Schedule) else sched
+        impl = (
+            sched.synthesize_rest(use_cache=use_cache).impl
+            if isinstance(sched, Schedule)
+            else sched
+        )
         solved = 0
     else:
         syn = synthesize(ls, isa, threads=threads, use_cache=use_cache, progress=progress)

@@ -62,16 +62,32 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         default="native",
         help="native (this host's best), avx512, avx2 or x86-64 (scalar) [default: native]",
     )
-    p.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
-                   help="shorthand only: f32, or bf16 (bf16 x bf16 -> f32) [default: f32]")
-    p.add_argument("--layout-b", choices=("row", "col"), default="row",
-                   help="shorthand only: layout of the right-hand matrix [default: row]")
-    p.add_argument("--accumulate", action="store_true",
-                   help="shorthand only: out += a @ b instead of out = a @ b")
-    p.add_argument("--threads", type=int, default=1,
-                   help="threads the kernel may use (OpenMP parallel loops when > 1) [default: 1]")
-    p.add_argument("--no-cache", action="store_true",
-                   help="do not read or write the persistent memo cache")
+    p.add_argument(
+        "--dtype",
+        choices=("f32", "bf16"),
+        default="f32",
+        help="shorthand only: f32, or bf16 (bf16 x bf16 -> f32) [default: f32]",
+    )
+    p.add_argument(
+        "--layout-b",
+        choices=("row", "col"),
+        default="row",
+        help="shorthand only: layout of the right-hand matrix [default: row]",
+    )
+    p.add_argument(
+        "--accumulate",
+        action="store_true",
+        help="shorthand only: out += a @ b instead of out = a @ b",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads the kernel may use (OpenMP parallel loops when > 1) [default: 1]",
+    )
+    p.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the persistent memo cache"
+    )
     p.add_argument("--name", default="kernel", help="C function name [default: kernel]")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
 
@@ -197,48 +213,81 @@ def build_parser() -> argparse.ArgumentParser:
         "program rewrites (the Morello approach).",
     )
     p.add_argument("--version", action="version", version=f"morello-build {__version__}")
-    p.add_argument("--cmake-dir", action="store_true",
-                   help="print the directory holding MorelloBuildConfig.cmake and exit")
+    p.add_argument(
+        "--cmake-dir",
+        action="store_true",
+        help="print the directory holding MorelloBuildConfig.cmake and exit",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    s = sub.add_parser("synth", help="synthesize a Spec and print the chosen program",
-                       description="Synthesize the cheapest program for a Spec.")
+    s = sub.add_parser(
+        "synth",
+        help="synthesize a Spec and print the chosen program",
+        description="Synthesize the cheapest program for a Spec.",
+    )
     _add_spec_args(s)
-    s.add_argument("--format", choices=("impl", "json", "c"), default="impl",
-                   help="impl: indented tree; json: machine-readable; c: C source [default: impl]")
+    s.add_argument(
+        "--format",
+        choices=("impl", "json", "c"),
+        default="impl",
+        help="impl: indented tree; json: machine-readable; c: C source [default: impl]",
+    )
     s.add_argument("-o", "--output", help="with --format c: write the C source here")
     s.add_argument("--header", help="with --format c: write the header here")
-    s.add_argument("--annotate", action="store_true",
-                   help="with --format c: comment each block with the Spec it implements")
+    s.add_argument(
+        "--annotate",
+        action="store_true",
+        help="with --format c: comment each block with the Spec it implements",
+    )
     s.set_defaults(func=cmd_synth)
 
-    v = sub.add_parser("verify", help="synthesize, compile and compare against numpy",
-                       description="Compile the kernel, run it on random inputs and compare "
-                       "with a numpy reference. Exit 0 only when results match.")
+    v = sub.add_parser(
+        "verify",
+        help="synthesize, compile and compare against numpy",
+        description="Compile the kernel, run it on random inputs and compare "
+        "with a numpy reference. Exit 0 only when results match.",
+    )
     _add_spec_args(v)
-    v.add_argument("--cc", action="append", choices=("gcc", "clang"),
-                   help="compiler(s) to verify with; repeatable [default: gcc]")
+    v.add_argument(
+        "--cc",
+        action="append",
+        choices=("gcc", "clang"),
+        help="compiler(s) to verify with; repeatable [default: gcc]",
+    )
     v.add_argument("--seed", type=int, default=0, help="random input seed [default: 0]")
     v.set_defaults(func=cmd_verify)
 
-    b = sub.add_parser("bench", help="time the kernel against OpenBLAS, MKL and a loop nest",
-                       description="Time the kernel and its peers in one C harness.")
+    b = sub.add_parser(
+        "bench",
+        help="time the kernel against OpenBLAS, MKL and a loop nest",
+        description="Time the kernel and its peers in one C harness.",
+    )
     _add_spec_args(b)
     b.add_argument("--peers", help="comma-separated subset of naive,openblas,mkl,mkl-jit")
     b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.add_argument("--min-time", type=float, default=0.5,
-                   help="seconds of timing per implementation [default: 0.5]")
+    b.add_argument(
+        "--min-time",
+        type=float,
+        default=0.5,
+        help="seconds of timing per implementation [default: 0.5]",
+    )
     b.set_defaults(func=cmd_bench)
 
-    c = sub.add_parser("cache", help="inspect or clear the persistent memo cache",
-                       description="path: where it is; info: tables, boxes, compression; "
-                       "clear: delete it; verify: re-check every page file.")
+    c = sub.add_parser(
+        "cache",
+        help="inspect or clear the persistent memo cache",
+        description="path: where it is; info: tables, boxes, compression; "
+        "clear: delete it; verify: re-check every page file.",
+    )
     c.add_argument("action", choices=("path", "info", "clear", "verify"))
     c.add_argument("--root", help="cache root [default: MORELLO_CACHE_DIR or the user cache dir]")
     c.set_defaults(func=cmd_cache)
 
-    sub.add_parser("generate", help="build step: generate declared kernels (see generate --help)",
-                   add_help=False)
+    sub.add_parser(
+        "generate",
+        help="build step: generate declared kernels (see generate --help)",
+        add_help=False,
+    )
     return p
 
 

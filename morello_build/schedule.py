@@ -27,7 +27,7 @@ from morello_build.imp.nodes import Alloc, Block, Hole, Impl, Loop
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
-from morello_build.ir.limits import ZERO, LEVEL_COUNT, Limits, add_peak, elementwise_max, subtract
+from morello_build.ir.limits import LEVEL_COUNT, ZERO, Limits, add_peak, elementwise_max, subtract
 from morello_build.ir.spec import LogicalSpec, Spec
 from morello_build.target.x86 import Target
 

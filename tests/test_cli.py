@@ -22,19 +22,27 @@ def morello(*args, env=None):
         (["synth", "matmul", "4x0x4"], "every dimension must be a positive integer"),
         (["synth", "matmul", "4x4"], "matmul shape must be MxKxN or BxMxKxN"),
         (["synth", "Matmul(4x4x4, f33:GL:row, f32:GL:row, f32:GL:row)"], "unknown dtype 'f33'"),
-        (["synth", "Matmul(4x4x4, f32:GL:[0,1], f32:GL:row, f32:GL:row)"],
-         "does not cover every axis"),
+        (
+            ["synth", "Matmul(4x4x4, f32:GL:[0,1], f32:GL:row, f32:GL:row)"],
+            "does not cover every axis",
+        ),
         (["synth", "Matmul(4x4x4, f32:GL:row, f32:GL:row)"], "Matmul takes 3 operand(s), got 2"),
-        (["synth", "Matmul(4x4x4, f32:VRF:row:3, f32:GL:row, f32:GL:row)"],
-         "vector size 3 is illegal for f32"),
-        (["synth", "Matmul(4x4x4, f32:XX:row, f32:GL:row, f32:GL:row)"],
-         "unknown memory level 'XX'"),
+        (
+            ["synth", "Matmul(4x4x4, f32:VRF:row:3, f32:GL:row, f32:GL:row)"],
+            "vector size 3 is illegal for f32",
+        ),
+        (
+            ["synth", "Matmul(4x4x4, f32:XX:row, f32:GL:row, f32:GL:row)"],
+            "unknown memory level 'XX'",
+        ),
         (["synth", "Matmul(4x4x4"], "malformed spec"),
         (["synth", "Conv(4x4x4)"], "unknown spec kind 'Conv'"),
         (["synth", "matmul", "8x8x8", "--target", "avx9"], "unknown target 'avx9'"),
         (["synth", "Matmul(8x8x8, f32:GL:row, f32:GL:row, s32:GL:row)"], "unsupported dtypes"),
-        (["synth", "Zero(16, f32:VRF:row:16)", "--target", "avx2"],
-         "vector size 16 is not available for f32 on avx2"),
+        (
+            ["synth", "Zero(16, f32:VRF:row:16)", "--target", "avx2"],
+            "vector size 16 is not available for f32 on avx2",
+        ),
     ],
 )
 def test_bad_specs_exit_2_with_one_line(args, message):
@@ -46,8 +54,9 @@ def test_bad_specs_exit_2_with_one_line(args, message):
 
 
 def test_synth_json_document():
-    r = morello("synth", "matmul", "8x8x8", "--target", "avx2", "--format", "json",
-                "--no-cache", "-q")
+    r = morello(
+        "synth", "matmul", "8x8x8", "--target", "avx2", "--format", "json", "--no-cache", "-q"
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["spec"] == "Matmul(1x8x8x8, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
@@ -63,8 +72,21 @@ def test_synth_json_document():
 
 
 def test_shorthand_bf16_and_col_layout():
-    r = morello("synth", "matmul", "1x64x32", "--dtype", "bf16", "--layout-b", "col",
-                "--target", "avx512", "--format", "json", "--no-cache", "-q")
+    r = morello(
+        "synth",
+        "matmul",
+        "1x64x32",
+        "--dtype",
+        "bf16",
+        "--layout-b",
+        "col",
+        "--target",
+        "avx512",
+        "--format",
+        "json",
+        "--no-cache",
+        "-q",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["spec"] == (
         "Matmul(1x1x64x32, bf16:GL:row, bf16:GL:col, f32:GL:row, serial)"

@@ -39,9 +39,7 @@ def test_compressed_table_picks_the_same_impls_as_the_dict(cache_dir, text, isa)
 
 def test_related_spec_reuses_the_cache(cache_dir):
     synthesize("Matmul(1x32x32x32, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
-    smaller = synthesize(
-        "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512"
-    )
+    smaller = synthesize("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
     fresh = synthesize(
         "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)",
         "avx512",
@@ -53,8 +51,19 @@ def test_related_spec_reuses_the_cache(cache_dir):
 
 def test_cli_second_run_solves_nothing(cache_dir):
     env = dict(os.environ, MORELLO_CACHE_DIR=str(cache_dir))
-    cmd = [sys.executable, "-m", "morello_build", "synth", "matmul", "16x16x16",
-           "--target", "avx2", "--format", "json", "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "morello_build",
+        "synth",
+        "matmul",
+        "16x16x16",
+        "--target",
+        "avx2",
+        "--format",
+        "json",
+        "-q",
+    ]
     import json
 
     first = json.loads(subprocess.run(cmd, env=env, capture_output=True, check=True).stdout)
@@ -62,7 +71,10 @@ def test_cli_second_run_solves_nothing(cache_dir):
     assert first["solved"] > 0 and second["solved"] == 0
     assert first["impl"] == second["impl"]
     info = subprocess.run(
-        [sys.executable, "-m", "morello_build", "cache", "info"], env=env,
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "morello_build", "cache", "info"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "matmul" in info.stdout

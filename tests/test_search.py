@@ -62,8 +62,7 @@ def test_matmul_64_is_register_blocked(isa):
     impl = Search(t).reconstruct(Spec(ls, t.max_limits))
     nodes = iter_nodes(impl)
     vrf_out = [
-        n for n in nodes
-        if isinstance(n, Alloc) and n.tensor.level is Level.VRF and n.operand == 2
+        n for n in nodes if isinstance(n, Alloc) and n.tensor.level is Level.VRF and n.operand == 2
     ]
     assert vrf_out, "the output tile must live in vector registers"
     assert vrf_out[0].tensor.volume // vrf_out[0].tensor.vector_size >= 4

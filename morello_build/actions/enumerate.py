@@ -112,7 +112,9 @@ def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target
     return None
 
 
-def _relayouts(spec: LogicalSpec, i: int, t: TensorSpec, level: Level, target: Target) -> list[lay.Layout]:
+def _relayouts(
+    spec: LogicalSpec, i: int, t: TensorSpec, level: Level, target: Target
+) -> list[lay.Layout]:
     """Layouts worth copying a Matmul input into.
 
     A dense row-major copy of a strided tile (into L1), and for B (rhs) N-panels

@@ -35,9 +35,7 @@ def _loop_plan(
 ) -> tuple[Plan, tuple[tuple[int, ...], ...]] | None:
     if tile == spec.shape or any(t > s or t < 1 for t, s in zip(tile, spec.shape)):
         return None
-    if parallel and (
-        spec.serial or any(not o.level.parallel_tileable for o in spec.operands)
-    ):
+    if parallel and (spec.serial or any(not o.level.parallel_tileable for o in spec.operands)):
         return None
     body = shrink(spec, tile, spec.serial or parallel)
     if body is None:

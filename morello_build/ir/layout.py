@@ -194,12 +194,10 @@ def _simplify(dims: list[PhysDim], contig: int, shape: tuple[int, ...]) -> Layou
             merged: PhysDim | None = None
             if outer.kind == PACKED and inner.kind == PACKED and (both_inside or both_outside):
                 merged = PhysDim(outer.axis, PACKED, outer.size * inner.size)
-            elif outer.kind == DYN and inner.kind == PACKED and both_inside:
-                merged = outer
-            elif outer.kind == DYN and inner.kind == DYN:
-                merged = outer
-            elif outer.kind == PACKED and inner.kind == DYN:
-                merged = None  # a pack outside the rest of its axis: not a valid pattern
+            elif outer.kind == DYN and (
+                inner.kind == DYN or (inner.kind == PACKED and both_inside)
+            ):
+                merged = outer  # the pack is just the inner part of a dense run
             if merged is not None:
                 dims = dims[:idx] + [merged] + dims[idx + 2 :]
                 if both_inside:
@@ -219,9 +217,7 @@ def _simplify(dims: list[PhysDim], contig: int, shape: tuple[int, ...]) -> Layou
             rem[d.axis] = 1
             continue
         r = rem[d.axis]
-        oe_outside = any(
-            dims[j].axis == d.axis and dims[j].kind == ODDEVEN for j in range(idx)
-        )
+        oe_outside = any(dims[j].axis == d.axis and dims[j].kind == ODDEVEN for j in range(idx))
         if d.kind == PACKED and r <= d.size and not oe_outside:
             replaced[idx] = _dyn(d.axis)
             for j in range(idx):

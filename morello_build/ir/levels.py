@@ -57,6 +57,4 @@ def parse_level(text: str) -> Level:
     try:
         return Level[text.strip().upper()]
     except KeyError:
-        raise SpecError(
-            f"unknown memory level {text!r}; expected one of RF, VRF, L1, GL"
-        ) from None
+        raise SpecError(f"unknown memory level {text!r}; expected one of RF, VRF, L1, GL") from None

@@ -95,9 +95,7 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
         raise SpecError(f"{where}: only VRF operands take a vector size, got {vs} on {level}")
     if vs is not None and vs * dtype.size not in _VECTOR_BYTES:
         legal = ", ".join(str(b // dtype.size) for b in _VECTOR_BYTES)
-        raise SpecError(
-            f"{where}: vector size {vs} is illegal for {dtype} (legal: {legal} values)"
-        )
+        raise SpecError(f"{where}: vector size {vs} is illegal for {dtype} (legal: {legal} values)")
     t = make_tensor(shape, dtype, level, layout, vs)
     if t is None:
         raise SpecError(
@@ -135,10 +133,14 @@ def parse_spec(text: str) -> sp.LogicalSpec:
     want = _OPERAND_COUNT[kind]
     if len(parts) - 1 != want:
         raise SpecError(f"{name} takes {want} operand(s), got {len(parts) - 1}")
-    shapes = [
-        tuple(shape[d] for d in dm) for dm in sp.dim_maps(kind, len(shape))
-    ]
-    roles = ("lhs", "rhs", "out") if kind == sp.MATMUL else ("src", "dst") if kind == sp.MOVE else ("out",)
+    shapes = [tuple(shape[d] for d in dm) for dm in sp.dim_maps(kind, len(shape))]
+    roles = (
+        ("lhs", "rhs", "out")
+        if kind == sp.MATMUL
+        else ("src", "dst")
+        if kind == sp.MOVE
+        else ("out",)
+    )
     operands = tuple(
         parse_tensor(p, s, f"{name} operand {r}") for p, s, r in zip(parts[1:], shapes, roles)
     )

@@ -43,9 +43,7 @@ def layout_code(layout: Layout, rank: int) -> int | None:
 
 
 def memory_coords(limits: Limits) -> tuple[int, ...]:
-    return tuple(
-        v if lvl.counts_registers else v.bit_length() for lvl, v in zip(Level, limits)
-    )
+    return tuple(v if lvl.counts_registers else v.bit_length() for lvl, v in zip(Level, limits))
 
 
 def limit_from_coord(level: int, coord: int) -> int:

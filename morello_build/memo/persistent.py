@@ -18,7 +18,7 @@ from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.memo.coords import locate, memory_coords
 from morello_build.memo.store import CacheStore
-from morello_build.memo.value import UNSAT, MemoValue
+from morello_build.memo.value import UNSAT, MemoValue, Unsat
 from morello_build.search.memo import DictMemo, Hit, Result, Solution
 
 #: Bump by hand on any semantic change; the source hash below catches the rest.
@@ -86,6 +86,7 @@ class PersistentMemo(DictMemo):
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
         super().put(spec, hi, result)
         key, pt = locate(spec)
+        value: MemoValue | Unsat
         if result is None:
             lo, value = ZERO, UNSAT
         else:

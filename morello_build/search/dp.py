@@ -136,7 +136,9 @@ class Search:
         result = self.solve(spec)
         if result is None:
             return None
-        return _run_deep(lambda: self._rebuild(spec.logical, spec.limits))
+        impl = _run_deep(lambda: self._rebuild(spec.logical, spec.limits))
+        assert impl is not None
+        return impl  # type: ignore[return-value]
 
     def _rebuild(self, ls: LogicalSpec, limits: Limits) -> Impl:
         found = self.memo.get(ls, limits)

@@ -264,9 +264,7 @@ KERNELS: tuple[Kernel, ...] = (
     ),
     Kernel("DotProductLoop", MATMUL, _dot_f32_applies, _dot_f32_memory, _dot_f32_cost),
     Kernel("DotProductLoopBf16", MATMUL, _dot_bf16_applies, _dot_bf16_memory, _dot_bf16_cost),
-    Kernel(
-        "DotProductLoopVdpbf16ps", MATMUL, _vdpbf16_applies, _vdpbf16_memory, _vdpbf16_cost
-    ),
+    Kernel("DotProductLoopVdpbf16ps", MATMUL, _vdpbf16_applies, _vdpbf16_memory, _vdpbf16_cost),
     Kernel("Assign", MOVE, _assign_applies, _no_mem, _assign_cost),
     Kernel("CastBf16F32", MOVE, _cast_applies, _no_mem, _cast_cost),
     Kernel("VectorAssign", MOVE, _vassign_applies, _no_mem, _vassign_cost),

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from morello_build.errors import SpecError
 from morello_build.ir.dtypes import Dtype
-from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
