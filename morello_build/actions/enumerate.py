@@ -25,29 +25,39 @@ from morello_build.actions.tile import Split, TileOut
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
-from morello_build.ir.spec import IN, MATMUL, LogicalSpec
+from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
 from morello_build.ir.tensorspec import TensorSpec, make_tensor
 from morello_build.target.kernels import kernels_for
 from morello_build.target.x86 import Target
 
 ActionPlans = tuple[tuple[Action, Plan], ...]
 
-_CACHE: dict[tuple[LogicalSpec, Target], ActionPlans] = {}
+# Per target: id(interned spec) -> (spec, its action plans). The spec is kept so its id
+# stays unique while the entry lives.
+_CACHE: dict[Target, dict[int, tuple[LogicalSpec, ActionPlans]]] = {}
+
+
+def plans_cache(target: Target) -> dict[int, tuple[LogicalSpec, ActionPlans]]:
+    return _CACHE.setdefault(target, {})
 
 
 def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
-    """Applicable (action, plan) pairs, in the stable enumeration order."""
-    key = (spec, target)
-    found = _CACHE.get(key)
+    """Applicable (action, plan) pairs, in the stable enumeration order.
+
+    Plan children are interned, so the search can key its tables by identity.
+    """
+    spec = intern(spec)
+    cache = plans_cache(target)
+    found = cache.get(id(spec))
     if found is None:
         out = []
         for a in enumerate_actions(spec, target):
             p = a.plan(spec, target)
             if p is not None:
-                out.append((a, p))
-        found = tuple(out)
-        _CACHE[key] = found
-    return found
+                out.append((a, p._replace(children=tuple(intern(c) for c in p.children))))
+        found = (spec, tuple(out))
+        cache[id(spec)] = found
+    return found[1]
 
 
 def clear_cache() -> None:

@@ -47,11 +47,22 @@ def fits(used: Limits, limits: Limits) -> bool:
 
 
 def add_peak(own: Limits, child_peak: Limits) -> Limits:
-    return snap_up(tuple(a + b for a, b in zip(own, child_peak)))
+    """Peak of a node holding `own` while a child peaks at `child_peak` (snapped up)."""
+    return (
+        own[0] + child_peak[0],
+        own[1] + child_peak[1],
+        next_pow2(own[2] + child_peak[2]),
+        next_pow2(own[3] + child_peak[3]),
+    )
 
 
 def elementwise_max(a: Limits, b: Limits) -> Limits:
-    return tuple(x if x >= y else y for x, y in zip(a, b))
+    return (
+        a[0] if a[0] >= b[0] else b[0],
+        a[1] if a[1] >= b[1] else b[1],
+        a[2] if a[2] >= b[2] else b[2],
+        a[3] if a[3] >= b[3] else b[3],
+    )
 
 
 ZERO: Limits = (0,) * LEVEL_COUNT

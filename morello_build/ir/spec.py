@@ -83,6 +83,21 @@ class Spec(NamedTuple):
         return self.logical.text()
 
 
+_INTERNED: dict[LogicalSpec, LogicalSpec] = {}
+
+
+def intern(spec: LogicalSpec) -> LogicalSpec:
+    """The one shared instance equal to `spec`.
+
+    The search keys its tables by the identity of interned Specs, which avoids re-hashing
+    nested tuples (and enum members) millions of times per synthesis.
+    """
+    found = _INTERNED.get(spec)
+    if found is None:
+        _INTERNED[spec] = found = spec
+    return found
+
+
 _DIM_MAPS: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
 
 

@@ -28,7 +28,7 @@ from morello_build.ir.limits import (
     prev_pow2,
     subtract,
 )
-from morello_build.ir.spec import LogicalSpec, Spec
+from morello_build.ir.spec import LogicalSpec, Spec, intern
 from morello_build.search.memo import DictMemo, Hit, Memo, Result, Solution
 from morello_build.target.x86 import Target
 
@@ -66,7 +66,8 @@ class Search:
     # -- solving -------------------------------------------------------------------------
 
     def solve(self, spec: Spec) -> Result:
-        hit = _run_deep(lambda: self._solve(spec.logical, spec.limits))
+        ls = intern(spec.logical)
+        hit = _run_deep(lambda: self._solve(ls, spec.limits))
         assert isinstance(hit, Hit)
         return hit.result
 
@@ -136,7 +137,8 @@ class Search:
         result = self.solve(spec)
         if result is None:
             return None
-        impl = _run_deep(lambda: self._rebuild(spec.logical, spec.limits))
+        ls = intern(spec.logical)
+        impl = _run_deep(lambda: self._rebuild(ls, spec.limits))
         assert impl is not None
         return impl  # type: ignore[return-value]
 

@@ -38,27 +38,43 @@ class Memo(Protocol):
 
 
 class DictMemo:
-    """In-memory memo: per logical Spec, a list of (low limits, high limits, result) boxes."""
+    """In-memory memo: per logical Spec, a list of (low limits, high limits, hit) boxes.
+
+    Keyed by the identity of interned Specs (`ir.spec.intern`); each entry keeps its Spec
+    alive so an id is never reused for another Spec while it is in the table.
+    """
 
     def __init__(self) -> None:
-        self._boxes: dict[LogicalSpec, list[tuple[Limits, Limits, Result]]] = {}
+        self._boxes: dict[int, tuple[LogicalSpec, list[tuple[Limits, Limits, Hit]]]] = {}
         self.puts = 0
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
-        boxes = self._boxes.get(spec)
-        if boxes:
-            for lo, hi, result in boxes:
-                if all(a <= x <= b for a, x, b in zip(lo, limits, hi)):
-                    return Hit(result, hi)
+        entry = self._boxes.get(id(spec))
+        if entry is not None and entry[0] is spec:
+            r0, r1, r2, r3 = limits
+            for lo, hi, hit in entry[1]:
+                if (
+                    lo[0] <= r0 <= hi[0]
+                    and lo[1] <= r1 <= hi[1]
+                    and lo[2] <= r2 <= hi[2]
+                    and lo[3] <= r3 <= hi[3]
+                ):
+                    return hit
         return None
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
         lo = ZERO if result is None else result.cost.peaks
-        self._boxes.setdefault(spec, []).append((lo, hi, result))
+        entry = self._boxes.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            entry = self._boxes[id(spec)] = (spec, [])
+        entry[1].append((lo, hi, Hit(result, hi)))
         self.puts += 1
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._boxes.values())
+        return sum(len(b) for _, b in self._boxes.values())
 
     def specs(self) -> int:
         return len(self._boxes)
+
+    def logical_specs(self) -> list[LogicalSpec]:
+        return [s for s, _ in self._boxes.values()]
