@@ -1,0 +1,128 @@
+"""Emission state shared by the tree walker and the kernel emitters.
+
+Collects the body lines, and remembers which typedefs, helpers and headers the body used,
+so the file prologue contains exactly what is needed (and nothing that would warn).
+Every generated name comes from a counter advanced in tree order, which makes the output
+byte-identical for the same tree.
+"""
+
+from __future__ import annotations
+
+from morello_build.codegen.views import RF, VRF, AddressMap, CodegenError, Loc
+from morello_build.ir.dtypes import Dtype
+
+#: f32 lanes of the widest vector register per ISA (1: scalar target, no vector types).
+F32_LANES: dict[str, int] = {"x86-64": 1, "avx2": 8, "avx512": 16}
+
+#: Short dtype tags for vector typedef names (``vf32x16``, ``vu16x16``, ``vu32x16``).
+_TAGS: dict[Dtype, str] = {
+    Dtype.F32: "f32",
+    Dtype.BF16: "u16",
+    Dtype.U8: "u8",
+    Dtype.S8: "s8",
+    Dtype.U16: "u16",
+    Dtype.S16: "s16",
+    Dtype.U32: "u32",
+    Dtype.S32: "s32",
+}
+
+#: C helper definitions, emitted only when used.
+HELPERS: dict[str, str] = {
+    "bf16": (
+        "/* bf16 is the upper half of an IEEE f32: widen by shifting into place. */\n"
+        "static inline float mb_bf16_to_f32(uint16_t bits) {\n"
+        "    uint32_t wide = (uint32_t)bits << 16;\n"
+        "    float value;\n"
+        "    memcpy(&value, &wide, sizeof value);\n"
+        "    return value;\n"
+        "}\n"
+    ),
+}
+
+
+class Ctx:
+    """Lines being written plus what they need (typedefs, helpers, includes)."""
+
+    def __init__(self, isa: str, annotate: bool) -> None:
+        if isa not in F32_LANES:
+            raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(F32_LANES)}")
+        self.isa = isa
+        self.annotate = annotate
+        self.lines: list[str] = []
+        self.depth = 1
+        self.vector_types: set[tuple[str, int, int]] = set()  # (tag, lanes, bytes)
+        self.helpers: set[str] = set()
+        self.includes: set[str] = set()
+        self.amap = AddressMap()
+        self.workspace_bytes = 0
+        self._counter = 0
+
+    # -- output ----------------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def open(self, text: str) -> None:
+        self.line(text)
+        self.depth += 1
+
+    def close(self, text: str = "}") -> None:
+        self.depth -= 1
+        self.line(text)
+
+    def fresh(self) -> int:
+        """Next number for a generated name (buffers, loop variables, temporaries)."""
+        n = self._counter
+        self._counter += 1
+        return n
+
+    # -- types -----------------------------------------------------------------------------
+
+    @property
+    def f32_lanes(self) -> int:
+        return F32_LANES[self.isa]
+
+    def vtype(self, dtype: Dtype, lanes: int) -> str:
+        """Name of the vector-extension type with `lanes` values of `dtype` (declares it)."""
+        if self.isa == "x86-64":
+            raise CodegenError("the scalar x86-64 target cannot use vector registers")
+        tag = _TAGS[dtype]
+        nbytes = lanes * dtype.size
+        if nbytes not in (16, 32, 64) or (self.isa == "avx2" and nbytes > 32):
+            raise CodegenError(f"{lanes} x {dtype} is not a vector register on {self.isa}")
+        self.vector_types.add((tag, lanes, nbytes))
+        return f"v{tag}x{lanes}"
+
+    def typedef_lines(self) -> list[str]:
+        ctypes = {
+            "f32": "float",
+            "u8": "uint8_t",
+            "s8": "int8_t",
+            "u16": "uint16_t",
+            "s16": "int16_t",
+            "u32": "uint32_t",
+            "s32": "int32_t",
+        }
+        return [
+            f"typedef {ctypes[tag]} v{tag}x{lanes} __attribute__((vector_size({nbytes})));"
+            for tag, lanes, nbytes in sorted(self.vector_types)
+        ]
+
+    # -- element access --------------------------------------------------------------------
+
+    def read_f32(self, loc: Loc) -> str:
+        """The element as a float expression (bf16 widened)."""
+        if loc.buf.dtype == Dtype.BF16:
+            self.use_helper("bf16")
+            return f"mb_bf16_to_f32({loc.ref()})"
+        if loc.buf.dtype != Dtype.F32:
+            raise CodegenError(f"no float conversion from {loc.buf.dtype}")
+        return loc.ref()
+
+    def use_helper(self, name: str) -> None:
+        self.helpers.add(name)
+        self.includes.add("string.h")
+
+    @staticmethod
+    def is_register(loc: Loc) -> bool:
+        return loc.buf.kind in (RF, VRF)

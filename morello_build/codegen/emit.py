@@ -1,0 +1,301 @@
+"""Impl tree -> one C function plus its header.
+
+The walk carries one `View` per operand of the node being emitted (see `views.py`):
+- Loop: real ``for`` loops over spec dims that index only memory; dims that would index
+  register buffers are unrolled (so registers are named by constants); ragged remainders
+  run once after the nest as boundary bodies at constant offsets.
+- Alloc: a cache view changes nothing; otherwise a new buffer (scalar locals, vector
+  locals, a 64-byte-aligned stack array, or one ``posix_memalign`` workspace freed when
+  the Alloc ends) filled by the prologue Move and drained by the epilogue Move.
+- Block: children in order (a Zero child sees the output only).
+- Kernel: `codegen.kernels`.
+
+Scratch larger than `STACK_BYTES` goes to the heap; `KernelABI.workspace_bytes` reports
+the sum of those allocations (an upper bound on the per-call heap use of a serial kernel).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from morello_build.codegen.abi import C_TYPES, GeneratedKernel, KernelABI, OperandABI
+from morello_build.codegen.context import HELPERS, Ctx
+from morello_build.codegen.kernels import emit_kernel
+from morello_build.codegen.views import (
+    MEM,
+    RF,
+    VRF,
+    Affine,
+    Buffer,
+    CodegenError,
+    View,
+)
+from morello_build.imp.nodes import Alloc, Block, Hole, Impl, Kernel, Loop
+from morello_build.ir import layout as lay
+from morello_build.ir.levels import Level
+from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
+from morello_build.ir.tensorspec import TensorSpec
+
+__all__ = ["CodegenError", "STACK_BYTES", "generate_c", "kernel_abi"]
+
+#: Scratch buffers up to this size live on the stack; larger ones on the heap.
+STACK_BYTES = 16384
+
+_PARAM_NAMES: dict[str, tuple[str, ...]] = {
+    MATMUL: ("lhs", "rhs", "out"),
+    MOVE: ("src", "dst"),
+    ZERO: ("out",),
+}
+
+
+# --------------------------------------------------------------------------- ABI
+
+
+def _order(t: TensorSpec, name: str) -> tuple[int, ...]:
+    """Physical dim order of a dense root operand; size-1 dims (absent from canonical
+    layouts) go outermost, where they do not change the bytes."""
+    if t.level is Level.RF:
+        return tuple(range(len(t.shape)))
+    if any(d.kind != lay.DYN for d in t.layout.dims):
+        raise CodegenError(
+            f"operand {name} has packed layout {t.layout}; kernel parameters must be dense"
+        )
+    axes = [d.axis for d in t.layout.dims]
+    missing = [a for a in range(len(t.shape)) if a not in axes]
+    return tuple(missing + axes)
+
+
+def kernel_abi(spec: LogicalSpec, name: str, isa: str) -> KernelABI:
+    """The C interface of a kernel implementing `spec` (operands named by role)."""
+    names = _PARAM_NAMES[spec.kind]
+    ops = tuple(
+        OperandABI(n, t.shape, t.dtype.value, _order(t, n), role)
+        for n, t, role in zip(names, spec.operands, spec.roles())
+    )
+    return KernelABI(name, spec.kind, ops, spec.accum, isa, spec.flops())
+
+
+# --------------------------------------------------------------------------- tree walk
+
+
+class _Emitter:
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+
+    def node(self, node: Impl, views: tuple[View, ...]) -> None:
+        ctx = self.ctx
+        if ctx.annotate:
+            ctx.line(f"/* {node.spec.text()} */")
+        if isinstance(node, Loop):
+            self.loop(node, views)
+        elif isinstance(node, Alloc):
+            self.alloc(node, views)
+        elif isinstance(node, Block):
+            for child in node.children:
+                self.node(child, self._block_views(node.spec, child.spec, views))
+        elif isinstance(node, Kernel):
+            emit_kernel(ctx, node.name, node.spec, views)
+        elif isinstance(node, Hole):
+            raise CodegenError(f"unscheduled Spec (a hole) cannot be emitted: {node.spec.text()}")
+        else:  # pragma: no cover - Impl is a closed union
+            raise CodegenError(f"unknown Impl node {type(node).__name__}")
+
+    @staticmethod
+    def _block_views(
+        parent: LogicalSpec, child: LogicalSpec, views: tuple[View, ...]
+    ) -> tuple[View, ...]:
+        if len(child.operands) == len(parent.operands):
+            return views
+        if child.kind == ZERO:
+            return (views[parent.output_index],)
+        raise CodegenError(f"cannot map the operands of {child.text()} onto {parent.text()}")
+
+    # -- loops -----------------------------------------------------------------------------
+
+    def loop(self, node: Loop, views: tuple[View, ...]) -> None:
+        ctx = self.ctx
+        spec = node.spec
+        dms = spec.dim_maps()
+        steps = node.full_steps()
+        looped = [d for d, (s, t) in enumerate(zip(spec.shape, node.tile_shape)) if t < s]
+        registers = [i for i, v in enumerate(views) if v.buf.kind != MEM]
+        unroll = [d for d in looped if steps[d] == 1 or any(d in dms[i] for i in registers)]
+        real = [d for d in looped if d not in unroll]
+        if node.parallel and unroll and any(steps[d] > 1 for d in unroll):
+            raise CodegenError(f"parallel loop over register tiles: {spec.text()}")
+        var = {d: ctx.fresh() for d in looped if steps[d] > 1}
+        main = node.children[0]
+
+        def shift(i: int) -> tuple[Affine, ...]:
+            """Offset of the main body's operand `i`: loop variable times tile, per dim."""
+            return tuple(
+                Affine(0).plus_var(var[d], node.tile_shape[d]) if d in var else Affine(0)
+                for d in dms[i]
+            )
+
+        body_views = tuple(
+            v.sub(shift(i), t.shape) for i, (v, t) in enumerate(zip(views, main.spec.operands))
+        )
+        if node.parallel and real:
+            collapse = f" collapse({len(real)})" if len(real) > 1 else ""
+            ctx.line(f"#pragma omp parallel for{collapse}")
+        for d in real:
+            ctx.amap.extent[var[d]] = steps[d]
+            i = var[d]
+            ctx.open(f"for (int i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
+        unrolled_vars = [d for d in unroll if d in var]
+        for values in itertools.product(*(range(steps[d]) for d in unrolled_vars)):
+            binding = {var[d]: x for d, x in zip(unrolled_vars, values)}
+            self.node(main, tuple(v.bind(binding) for v in body_views))
+        for _ in real:
+            ctx.close()
+        for child, offsets in zip(node.children[1:], node.boundary_offsets):
+            bviews = tuple(
+                v.sub(tuple(Affine(offsets[d]) for d in dms[i]), t.shape)
+                for i, (v, t) in enumerate(zip(views, child.spec.operands))
+            )
+            self.node(child, bviews)
+
+    # -- allocations -----------------------------------------------------------------------
+
+    def alloc(self, node: Alloc, views: tuple[View, ...]) -> None:
+        if node.cache_view:
+            self.node(node.children[0], views)
+            return
+        ctx = self.ctx
+        old = views[node.operand]
+        t = node.tensor
+        if t.shape != old.shape:
+            raise CodegenError(f"Alloc tensor {t.shape} does not match operand {old.shape}")
+        n = ctx.fresh()
+        ctx.open("{")
+        heap = False
+        if t.level is Level.RF:
+            buf = Buffer(f"r{n}", t.dtype, t.shape, lay.EMPTY, RF)
+            names = ", ".join(f"{buf.scalar_name(i)} = 0" for i in range(buf.physical_volume()))
+            ctx.line(f"{C_TYPES[t.dtype.value]} {names};")
+        elif t.level is Level.VRF:
+            vs = t.vector_size
+            assert vs
+            buf = Buffer(f"v{n}", t.dtype, t.shape, t.layout, VRF, vs)
+            count = buf.physical_volume() // vs
+            vt = ctx.vtype(t.dtype, vs)
+            ctx.line(f"{vt} {', '.join(f'{buf.vector_name(j)} = {{0}}' for j in range(count))};")
+        else:
+            buf = Buffer(f"buf{n}", t.dtype, t.shape, t.layout, MEM)
+            count = buf.physical_volume()
+            ctype = C_TYPES[t.dtype.value]
+            nbytes = count * t.dtype.size
+            if nbytes <= STACK_BYTES:
+                ctx.line(f"{ctype} {buf.name}[{count}] __attribute__((aligned(64)));")
+            else:
+                heap = True
+                rounded = -(-nbytes // 64) * 64
+                ctx.workspace_bytes += rounded
+                ctx.includes.add("stdlib.h")
+                ctx.line(f"{ctype} *{buf.name};")
+                ctx.line(f"/* {nbytes}-byte workspace: too big for the stack */")
+                ctx.open(f"if (posix_memalign((void **)&{buf.name}, 64, {rounded}) != 0) {{")
+                ctx.line("abort();")
+                ctx.close()
+        new = View.whole(buf)
+        idx = 0
+        if node.has_prologue:
+            self.node(node.children[0], (old, new))
+            idx = 1
+        body_views = tuple(new if i == node.operand else v for i, v in enumerate(views))
+        self.node(node.children[idx], body_views)
+        if node.has_epilogue:
+            self.node(node.children[idx + 1], (new, old))
+        if heap:
+            ctx.line(f"free({buf.name});")
+        ctx.close()
+
+
+# --------------------------------------------------------------------------- files
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _header(abi: KernelABI, spec: LogicalSpec) -> str:
+    guard = f"MORELLO_{abi.name.upper()}_H"
+    shapes = []
+    for o in abi.operands:
+        dims = "x".join(map(str, o.shape))
+        shapes.append(
+            f" *   {o.name}: {o.c_type}[{dims}] {o.role}, physical dim order {list(o.order)}"
+        )
+    if spec.kind == MATMUL:
+        what = "out += lhs @ rhs" if spec.accum else "out = lhs @ rhs"
+    elif spec.kind == MOVE:
+        what = "dst = src (copy, relayout or widening cast)"
+    else:
+        what = "out = 0"
+    lines = [
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stdint.h>",
+        "",
+        "/*",
+        f" * {abi.name}: {spec.text()}",
+        f" * Computes {what} (batched over the first dim); requires {abi.isa}.",
+        *shapes,
+        " * Buffers are dense, must not overlap, and need no particular alignment.",
+    ]
+    if abi.workspace_bytes:
+        lines.append(f" * Allocates up to {abi.workspace_bytes} bytes of heap scratch per call.")
+    lines += [
+        " */",
+        abi.prototype() + ";",
+        "",
+        f"#endif /* {guard} */",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def generate_c(
+    impl: Impl, name: str, target_isa: str, *, annotate: bool = False
+) -> GeneratedKernel:
+    """Emit C for `impl` as the exported function `name` targeting `target_isa`.
+
+    Raises `CodegenError` for trees that cannot be emitted (holes, packed root operands,
+    vector registers on the scalar target).
+    """
+    if not _IDENT.fullmatch(name):
+        raise CodegenError(f"kernel name {name!r} is not a C identifier")
+    spec = impl.spec
+    abi = kernel_abi(spec, name, target_isa)
+    ctx = Ctx(target_isa, annotate)
+    params = tuple(
+        Buffer(o.name, t.dtype, t.shape, t.layout, MEM if t.level is not Level.RF else RF)
+        for o, t in zip(abi.operands, spec.operands)
+    )
+    if any(b.kind != MEM for b in params):
+        raise CodegenError("kernel parameters must be memory operands (GL or L1)")
+    _Emitter(ctx).node(impl, tuple(View.whole(b) for b in params))
+    abi = KernelABI(
+        abi.name, abi.op, abi.operands, abi.accumulate, abi.isa, abi.flops, ctx.workspace_bytes
+    )
+    out: list[str] = [
+        f"/* Generated by morello-build for {target_isa}. Do not edit. */",
+        f"/* {spec.text()} */",
+        "",
+    ]
+    for inc in ("immintrin.h", "stdlib.h", "string.h"):
+        if inc in ctx.includes:
+            out.append(f"#include <{inc}>")
+    out.append(f'#include "{name}.h"')
+    out.append("")
+    typedefs = ctx.typedef_lines()
+    if typedefs:
+        out += [*typedefs, ""]
+    for h in sorted(ctx.helpers):
+        out.append(HELPERS[h])
+    out.append(abi.prototype() + " {")
+    out += ctx.lines
+    out += ["}", ""]
+    return GeneratedKernel(abi, "\n".join(out), _header(abi, spec), spec.text())

@@ -1,0 +1,345 @@
+"""C emitters for the microkernels of `morello_build.target.kernels`, keyed by kernel name.
+
+Each emitter gets the kernel's Spec and one view per operand. Vector kernels work vector
+by vector: a destination vector whose lanes line up with a whole source vector (or a
+contiguous run of memory) becomes one vector statement; anything else falls back to
+per-lane statements, which are always correct. The scalar `_generic_*` emitters spell out
+the Spec's semantics element by element and back up every fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from morello_build.codegen.context import Ctx
+from morello_build.codegen.views import MEM, VRF, CodegenError, Loc, View, coords
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.spec import LogicalSpec
+
+Emitter = Callable[[Ctx, LogicalSpec, tuple[View, ...]], None]
+
+#: Largest region the element-by-element fallbacks will spell out.
+_MAX_UNROLLED = 4096
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_small(spec: LogicalSpec) -> None:
+    if spec.volume > _MAX_UNROLLED:
+        raise CodegenError(f"no vector form for {spec.text()} and too big to unroll")
+
+
+def _vector_groups(ctx: Ctx, view: View) -> list[tuple[int, list[tuple[tuple[int, ...], int]]]]:
+    """The VRF view's elements grouped by vector: (vector number, [(coord, lane)])."""
+    groups: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+    for p in coords(view.shape):
+        loc = ctx.amap.loc(view, p)
+        groups.setdefault(loc.index, []).append((p, loc.lane))
+    return sorted(groups.items())
+
+
+def _is_full(view: View, members: list[tuple[tuple[int, ...], int]]) -> bool:
+    vs = view.buf.vector_size
+    return len(members) == vs and sorted(lane for _, lane in members) == list(range(vs or 0))
+
+
+def _same_vector(ctx: Ctx, view: View, members: list[tuple[tuple[int, ...], int]]) -> str | None:
+    """Name of the vector of VRF `view` holding exactly these coords in these lanes."""
+    if view.buf.kind != VRF:
+        return None
+    locs = [ctx.amap.loc(view, p) for p, _ in members]
+    if len({loc.index for loc in locs}) != 1:
+        return None
+    if any(loc.lane != lane for loc, (_, lane) in zip(locs, members)):
+        return None
+    return view.buf.vector_name(locs[0].index)
+
+
+def _contiguous_run(ctx: Ctx, view: View, members: list[tuple[tuple[int, ...], int]]) -> Loc | None:
+    """Location of lane 0 if memory `view` holds these coords as one run in lane order."""
+    if view.buf.kind != MEM:
+        return None
+    locs = [ctx.amap.loc(view, p) for p, _ in members]
+    by_lane = {lane: loc for loc, (_, lane) in zip(locs, members)}
+    first = by_lane.get(0)
+    if first is None or first.addr is None:
+        return None
+    for lane, loc in by_lane.items():
+        assert loc.addr is not None
+        if not loc.addr.same_base(first.addr):
+            return None
+        if loc.addr.affine.const != first.addr.affine.const + lane:
+            return None
+    return first
+
+
+def _memory_run(ctx: Ctx, view: View) -> Loc | None:
+    """Location of element 0 when the whole memory view is one contiguous run in row-major
+    coordinate order (the order kernels like dot products walk it)."""
+    return _contiguous_run(ctx, view, [(p, i) for i, p in enumerate(coords(view.shape))])
+
+
+def _widen(ctx: Ctx, vec: str, lanes: int) -> str:
+    """bf16 vector (uint16 lanes) -> f32 vector: zero-extend, shift into the high half."""
+    u32 = ctx.vtype(Dtype.U32, lanes)
+    f32 = ctx.vtype(Dtype.F32, lanes)
+    return f"({f32})(__builtin_convertvector({vec}, {u32}) << 16)"
+
+
+# --------------------------------------------------------------------------- generic
+
+
+def _generic_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """out[b,m,n] += lhs[b,m,k] * rhs[b,k,n], one statement per product."""
+    _check_small(spec)
+    a, b, c = views
+    for bb, m, k, n in coords(spec.shape):
+        out = ctx.amap.loc(c, (bb, m, n))
+        x = ctx.read_f32(ctx.amap.loc(a, (bb, m, k)))
+        y = ctx.read_f32(ctx.amap.loc(b, (bb, k, n)))
+        if out.buf.dtype != Dtype.F32:
+            raise CodegenError(f"matmul output dtype {out.buf.dtype} is not supported")
+        ctx.line(f"{out.ref()} += {x} * {y};")
+
+
+def _generic_move(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """dst[p] = src[p] (widened when the dtypes differ)."""
+    _check_small(spec)
+    src, dst = views
+    for p in coords(spec.shape):
+        s = ctx.amap.loc(src, p)
+        d = ctx.amap.loc(dst, p)
+        if s.buf.dtype == d.buf.dtype:
+            value = s.ref()
+        elif (s.buf.dtype, d.buf.dtype) == (Dtype.BF16, Dtype.F32):
+            value = ctx.read_f32(s)
+        else:
+            raise CodegenError(f"no cast from {s.buf.dtype} to {d.buf.dtype}")
+        ctx.line(f"{d.ref()} = {value};")
+
+
+def _generic_zero(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    _check_small(spec)
+    for p in coords(spec.shape):
+        ctx.line(f"{ctx.amap.loc(views[0], p).ref()} = 0;")
+
+
+# --------------------------------------------------------------------------- matmul
+
+
+def _broadcast_vec_mult_add(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """c_v += broadcast(scalar) * vec_v for each vector of c ('row': a scalar; 'col': b)."""
+    a, b, c = views
+    _, m, k, n = spec.shape
+    if k != 1 or (m != 1 and n != 1) or c.buf.kind != VRF:
+        raise CodegenError(f"BroadcastVecMultAdd does not apply to {spec.text()}")
+    row = m == 1
+    scalar_view, vec_view = (a, b) if row else (b, a)
+    scalar = ctx.amap.loc(scalar_view, (0, 0, 0))
+    s = f"t{ctx.fresh()}"
+    ctx.line(f"const float {s} = {ctx.read_f32(scalar)};")
+    widen = vec_view.buf.dtype == Dtype.BF16
+    for j, members in _vector_groups(ctx, c):
+        out = c.buf.vector_name(j)
+        # c coord (b, m, n) -> vector operand coord: row b[b, 0, n], col a[b, m, 0].
+        src_members: list[tuple[tuple[int, ...], int]] = [
+            ((p[0], 0, p[2]) if row else (p[0], p[1], 0), lane) for p, lane in members
+        ]
+        vec = _same_vector(ctx, vec_view, src_members)
+        if vec is not None and _is_full(c, members):
+            vs = c.buf.vector_size
+            assert vs
+            val = _widen(ctx, vec, vs) if widen else vec
+            ctx.line(f"{out} = {out} + {s} * {val};")
+            continue
+        for (_, lane), (q, _) in zip(members, src_members):
+            x = ctx.read_f32(ctx.amap.loc(vec_view, q))
+            ctx.line(f"{out}[{lane}] = {out}[{lane}] + {s} * {x};")
+
+
+def _dot_product(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...], variant: str) -> None:
+    """c += sum_k a[k] * b[k] with independent vector accumulators, then one horizontal sum.
+
+    `variant`: "f32", "bf16" (widen, then FMA) or "vdpbf16ps" (AVX-512 pairwise dot).
+    """
+    a, b, c = views
+    kk = spec.shape[2]
+    ra = _memory_run(ctx, a)
+    rb = _memory_run(ctx, b)
+    if ra is None or rb is None or spec.shape[1] != 1 or spec.shape[3] != 1:
+        _generic_matmul(ctx, spec, views)  # not the contiguous shape the kernel assumes
+        return
+    lanes = ctx.f32_lanes
+    step = 32 if variant == "vdpbf16ps" else lanes
+    if kk % step:
+        raise CodegenError(f"dot product over K={kk} needs a multiple of {step}")
+    steps = kk // step
+    nacc = next(x for x in (4, 3, 2, 1) if steps % x == 0)
+    out = ctx.amap.loc(c, (0, 0, 0))
+    n = ctx.fresh()
+    elem = "uint16_t" if variant != "f32" else "float"
+    ctx.includes.add("string.h")
+    ctx.open("{")
+    ctx.line(f"const {elem} *pa{n} = &{ra.ref()};")
+    ctx.line(f"const {elem} *pb{n} = &{rb.ref()};")
+    accs = [f"acc{n}_{i}" for i in range(nacc)]
+    if variant == "vdpbf16ps":
+        ctx.includes.add("immintrin.h")
+        ctx.line(f"__m512 {', '.join(f'{x} = _mm512_setzero_ps()' for x in accs)};")
+        ctx.open(f"for (int k{n} = 0; k{n} < {kk}; k{n} += {step * nacc}) {{")
+        for i, acc in enumerate(accs):
+            ctx.line(f"__m512i x{i}, y{i};")
+            ctx.line(f"memcpy(&x{i}, pa{n} + k{n} + {i * step}, sizeof x{i});")
+            ctx.line(f"memcpy(&y{i}, pb{n} + k{n} + {i * step}, sizeof y{i});")
+            ctx.line(f"{acc} = _mm512_dpbf16_ps({acc}, (__m512bh)x{i}, (__m512bh)y{i});")
+        ctx.close()
+        if nacc > 1:
+            ctx.line(f"{accs[0]} = _mm512_add_ps({accs[0]}, {accs[1]});")
+            for acc in accs[2:]:
+                ctx.line(f"{accs[0]} = _mm512_add_ps({accs[0]}, {acc});")
+        total = f"_mm512_reduce_add_ps({accs[0]})"
+    else:
+        vf = ctx.vtype(Dtype.F32, lanes)
+        vin = vf if variant == "f32" else ctx.vtype(Dtype.BF16, lanes)
+        ctx.line(f"{vf} {', '.join(f'{x} = {{0}}' for x in accs)};")
+        ctx.open(f"for (int k{n} = 0; k{n} < {kk}; k{n} += {step * nacc}) {{")
+        for i, acc in enumerate(accs):
+            ctx.line(f"{vin} x{i}, y{i};")
+            ctx.line(f"memcpy(&x{i}, pa{n} + k{n} + {i * step}, sizeof x{i});")
+            ctx.line(f"memcpy(&y{i}, pb{n} + k{n} + {i * step}, sizeof y{i});")
+            if variant == "f32":
+                ctx.line(f"{acc} = {acc} + x{i} * y{i};")
+            else:
+                ctx.line(
+                    f"{acc} = {acc} + {_widen(ctx, f'x{i}', lanes)} * {_widen(ctx, f'y{i}', lanes)};"
+                )
+        ctx.close()
+        if nacc > 1:
+            ctx.line(f"{accs[0]} = {' + '.join(accs)};")
+        total = " + ".join(f"{accs[0]}[{lane}]" for lane in range(lanes))
+    if out.buf.dtype != Dtype.F32:
+        raise CodegenError("dot products accumulate into f32")
+    ctx.line(f"{out.ref()} += {total};")
+    ctx.close()
+
+
+# --------------------------------------------------------------------------- move
+
+
+def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """Whole-vector copies between vector registers and memory (or registers)."""
+    src, dst = views
+    if src.buf.dtype != dst.buf.dtype:
+        raise CodegenError(f"VectorAssign between dtypes in {spec.text()}")
+    reg, other = (dst, src) if dst.buf.kind == VRF else (src, dst)
+    if reg.buf.kind != VRF:
+        raise CodegenError(f"VectorAssign without a vector register operand: {spec.text()}")
+    loading = reg is dst
+    for j, members in _vector_groups(ctx, reg):
+        name = reg.buf.vector_name(j)
+        if _is_full(reg, members):
+            other_vec = _same_vector(ctx, other, members)
+            if other_vec is not None:
+                ctx.line(f"{name} = {other_vec};" if loading else f"{other_vec} = {name};")
+                continue
+            run = _contiguous_run(ctx, other, members)
+            if run is not None:
+                ctx.includes.add("string.h")
+                if loading:
+                    ctx.line(f"memcpy(&{name}, &{run.ref()}, sizeof {name});")
+                else:
+                    ctx.line(f"memcpy(&{run.ref()}, &{name}, sizeof {name});")
+                continue
+        for p, lane in members:
+            o = ctx.amap.loc(other, p).ref()
+            if loading:
+                ctx.line(f"{name}[{lane}] = {o};")
+            else:
+                ctx.line(f"{o} = {name}[{lane}];")
+
+
+def _vector_cast(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """Widen bf16 vectors to f32 vectors with the same lanes."""
+    src, dst = views
+    if dst.buf.kind != VRF:
+        raise CodegenError(f"VectorCastBf16F32 needs a vector destination: {spec.text()}")
+    for j, members in _vector_groups(ctx, dst):
+        name = dst.buf.vector_name(j)
+        vec = _same_vector(ctx, src, members)
+        if vec is not None and _is_full(dst, members):
+            vs = dst.buf.vector_size
+            assert vs
+            ctx.line(f"{name} = {_widen(ctx, vec, vs)};")
+            continue
+        for p, lane in members:
+            ctx.line(f"{name}[{lane}] = {ctx.read_f32(ctx.amap.loc(src, p))};")
+
+
+# --------------------------------------------------------------------------- zero
+
+
+def _memset_zero(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """memset of the contiguous region (the whole buffer needs no address checks)."""
+    (view,) = views
+    buf = view.buf
+    if buf.kind != MEM:
+        _generic_zero(ctx, spec, views)
+        return
+    ctx.includes.add("string.h")
+    whole = view.shape == buf.shape and all(o.is_const and o.const == 0 for o in view.offset)
+    if whole:
+        ctx.line(f"memset({buf.name}, 0, {buf.physical_volume() * buf.dtype.size});")
+        return
+    locs = [ctx.amap.loc(view, p) for p in coords(view.shape)]
+    first = min(locs, key=lambda loc: loc.addr.affine.const if loc.addr else 0)
+    assert first.addr is not None
+    consts = sorted(loc.addr.affine.const for loc in locs if loc.addr is not None)
+    if all(loc.addr is not None and loc.addr.same_base(first.addr) for loc in locs) and (
+        consts == list(range(consts[0], consts[0] + len(consts)))
+    ):
+        ctx.line(f"memset(&{first.ref()}, 0, {len(locs) * buf.dtype.size});")
+        return
+    _generic_zero(ctx, spec, views)
+
+
+def _vector_zero(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """Every lane of every vector of the view set to 0."""
+    (view,) = views
+    if view.buf.kind != VRF:
+        _generic_zero(ctx, spec, views)
+        return
+    vs = view.buf.vector_size
+    assert vs
+    vt = ctx.vtype(view.buf.dtype, vs)
+    for j, members in _vector_groups(ctx, view):
+        name = view.buf.vector_name(j)
+        if _is_full(view, members):
+            ctx.line(f"{name} = ({vt}){{0}};")
+        else:
+            for _, lane in members:
+                ctx.line(f"{name}[{lane}] = 0;")
+
+
+EMITTERS: dict[str, Emitter] = {
+    "MultAdd": _generic_matmul,
+    "BroadcastVecMultAdd": _broadcast_vec_mult_add,
+    "BroadcastVecMultAddBf16F32": _broadcast_vec_mult_add,
+    "DotProductLoop": lambda ctx, s, v: _dot_product(ctx, s, v, "f32"),
+    "DotProductLoopBf16": lambda ctx, s, v: _dot_product(ctx, s, v, "bf16"),
+    "DotProductLoopVdpbf16ps": lambda ctx, s, v: _dot_product(ctx, s, v, "vdpbf16ps"),
+    "Assign": _generic_move,
+    "CastBf16F32": _generic_move,
+    "VectorAssign": _vector_assign,
+    "VectorCastBf16F32": _vector_cast,
+    "MemsetZero": _memset_zero,
+    "ValueZero": _generic_zero,
+    "VectorZero": _vector_zero,
+}
+
+
+def emit_kernel(ctx: Ctx, name: str, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    emitter = EMITTERS.get(name)
+    if emitter is None:
+        raise CodegenError(f"no C emitter for kernel {name!r}")
+    emitter(ctx, spec, views)

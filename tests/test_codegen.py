@@ -1,0 +1,238 @@
+"""Unit tests of the C emitter: address arithmetic, the ABI, hand-built trees, options."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from morello_build.actions.tile import shrink
+from morello_build.ccompile import CompileError
+from morello_build.codegen.emit import CodegenError, generate_c, kernel_abi
+from morello_build.codegen.views import (
+    MEM,
+    VRF,
+    Addr,
+    AddressMap,
+    Affine,
+    Buffer,
+    View,
+    coords,
+)
+from morello_build.imp.nodes import Alloc, Hole, Impl, Loop
+from morello_build.ir import layout as lay
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.levels import Level
+from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, Spec, canonical
+from morello_build.ir.tensorspec import make_tensor
+from morello_build.ir.text import parse_spec
+from morello_build.search.dp import Search
+from morello_build.target.x86 import get_target
+from morello_build.verify import IsaUnavailable, VerifyResult, verify_kernel
+
+_SYNTH: dict[tuple[str, LogicalSpec], Impl] = {}
+
+
+def synth(ls: LogicalSpec, isa: str) -> Impl:
+    """Synthesize once per session (the search is the slow part of these tests)."""
+    key = (isa, ls)
+    if key not in _SYNTH:
+        t = get_target(isa)
+        impl = Search(t).reconstruct(Spec(ls, t.max_limits))
+        assert impl is not None, f"unsatisfiable: {ls.text()}"
+        _SYNTH[key] = impl
+    return _SYNTH[key]
+
+
+def check(impl: Impl, isa: str, compiler: str = "gcc") -> VerifyResult:
+    g = generate_c(impl, "mb_test_kernel", isa)
+    try:
+        r = verify_kernel(g, compiler=compiler)
+    except IsaUnavailable:
+        pytest.skip(f"host cannot run {isa}")
+    assert r.ok, r.details + "\n" + g.c_source
+    return r
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def _eval(addr: Addr, values: dict[int, int]) -> int:
+    """Evaluate an address the way C would (non-negative ints: / and % match // and %)."""
+    text = addr.c().replace("/", "//")
+    env = {f"i{v}": x for v, x in values.items()}
+    return int(eval(text, {}, env))  # noqa: S307 - our own arithmetic expressions
+
+
+LAYOUTS = ["row", "col", "[0,1,2,2p4]", "[0,2,1,2p4]", "[0,2,1,1p2]", "[0,1,2,2oe8]", "[0,2oe16,1]"]
+
+
+@pytest.mark.parametrize("layout_text", LAYOUTS)
+def test_addresses_match_buffer_offset(layout_text: str) -> None:
+    """Every (offset, loop value, element) address equals `layout.buffer_offset`."""
+    shape = (1, 8, 16)
+    layout = lay.parse_layout(layout_text, shape)
+    buf = Buffer("b", Dtype.F32, shape, layout, MEM)
+    rng = random.Random(0)
+    for _ in range(60):
+        tile = (1, rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8, 16]))
+        steps = (1, shape[1] // tile[1], shape[2] // tile[2])
+        amap = AddressMap()
+        amap.extent = {0: steps[1], 1: steps[2]}
+        offset = (
+            Affine(0),
+            Affine(0).plus_var(0, tile[1]),
+            Affine(0).plus_var(1, tile[2]),
+        )
+        sub_shape = (1, rng.randint(1, tile[1]), rng.randint(1, tile[2]))
+        view = View(buf, offset, sub_shape)
+        for _ in range(4):
+            values = {0: rng.randrange(steps[1]), 1: rng.randrange(steps[2])}
+            for p in coords(sub_shape):
+                addr = amap.loc(view, p).addr
+                assert addr is not None
+                q = (0, values[0] * tile[1] + p[1], values[1] * tile[2] + p[2])
+                assert _eval(addr, values) == lay.buffer_offset(layout, shape, q), (
+                    layout_text,
+                    tile,
+                    p,
+                    addr.c(),
+                )
+
+
+def test_row_major_tiles_fold_to_affine() -> None:
+    """Plain tiles need no division or modulo in the generated index."""
+    shape = (1, 8, 16)
+    buf = Buffer("b", Dtype.F32, shape, lay.row_major(shape), MEM)
+    amap = AddressMap()
+    amap.extent = {0: 4, 1: 2}
+    view = View(buf, (Affine(0), Affine(0).plus_var(0, 2), Affine(0).plus_var(1, 8)), (1, 2, 8))
+    addr = amap.loc(view, (0, 1, 3)).addr
+    assert addr is not None and not addr.opaque
+    assert addr.c() == "i0 * 32 + i1 * 8 + 19"
+
+
+def test_vector_register_lanes() -> None:
+    shape = (1, 2, 16)
+    buf = Buffer("v", Dtype.F32, shape, lay.row_major(shape), VRF, 8)
+    loc = AddressMap().loc(View.whole(buf), (0, 1, 11))
+    assert (loc.index, loc.lane) == (3, 3)
+    assert loc.ref() == "v_3[3]"
+
+
+# --------------------------------------------------------------------------- ABI
+
+
+def test_abi_orders_and_roles() -> None:
+    ls = parse_spec("MatmulAccum(1x4x8x16, f32:GL:row, f32:GL:col, f32:GL:row, serial)")
+    abi = kernel_abi(ls, "k", "avx2")
+    assert [o.name for o in abi.operands] == ["lhs", "rhs", "out"]
+    assert [o.order for o in abi.operands] == [(0, 1, 2), (0, 2, 1), (0, 1, 2)]
+    assert [o.role for o in abi.operands] == ["in", "in", "inout"]
+    assert abi.accumulate and abi.flops == 2 * 4 * 8 * 16
+    move = kernel_abi(parse_spec("Move(5x7, f32:GL:row, f32:GL:col)"), "m", "x86-64")
+    assert [(o.name, o.order, o.role) for o in move.operands] == [
+        ("src", (0, 1), "in"),
+        ("dst", (1, 0), "out"),
+    ]
+
+
+def test_packed_root_operand_is_rejected() -> None:
+    ls = parse_spec("Move(8x32, f32:GL:row, f32:GL:[1,0,1p16])")
+    with pytest.raises(CodegenError, match="packed"):
+        kernel_abi(ls, "k", "avx512")
+
+
+def test_hole_is_rejected() -> None:
+    ls = parse_spec("Matmul(1x2x2x2, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    with pytest.raises(CodegenError, match="hole"):
+        generate_c(Hole(ls), "k", "avx2")
+
+
+def test_bad_name_is_rejected() -> None:
+    ls = parse_spec("Zero(4x4, f32:GL:row)")
+    with pytest.raises(CodegenError, match="identifier"):
+        generate_c(synth(ls, "avx2"), "not-a-name", "avx2")
+
+
+# --------------------------------------------------------------------------- output form
+
+_MM8 = "Matmul(1x8x8x8, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
+
+
+def test_deterministic_and_annotated() -> None:
+    impl = synth(parse_spec(_MM8), "avx512")
+    a = generate_c(impl, "k", "avx512")
+    b = generate_c(impl, "k", "avx512")
+    assert a == b
+    ann = generate_c(impl, "k", "avx512", annotate=True)
+    assert f"/* {_MM8} */" in ann.c_source.split("{", 1)[1]
+    assert ann.c_source.count("/* ") > a.c_source.count("/* ")
+
+
+def test_header_contract() -> None:
+    g = generate_c(synth(parse_spec(_MM8), "avx2"), "mm8", "avx2")
+    assert "#ifndef MORELLO_MM8_H" in g.header
+    assert "#include <stdint.h>" in g.header
+    assert g.abi.prototype() + ";" in g.header
+    assert "out = lhs @ rhs" in g.header
+    assert '#include "mm8.h"' in g.c_source
+    assert "immintrin.h" not in g.c_source  # vector extensions only
+
+
+def test_scalar_target_uses_no_vector_types() -> None:
+    g = generate_c(synth(parse_spec(_MM8), "x86-64"), "k", "x86-64")
+    assert "vector_size" not in g.c_source
+    assert "immintrin" not in g.c_source
+
+
+def test_vdpbf16ps_kernel() -> None:
+    """bf16 dot products on AVX-512 use vdpbf16ps and accumulate (c +=)."""
+    ls = parse_spec("Matmul(1x1x64x1, bf16:GL:row, bf16:GL:col, f32:GL:row, serial)")
+    impl = synth(ls, "avx512")
+    g = generate_c(impl, "k", "avx512")
+    if "_mm512_dpbf16_ps" not in g.c_source:
+        pytest.skip("search did not pick vdpbf16ps for this Spec")
+    assert "#include <immintrin.h>" in g.c_source
+    assert re.search(r"\+= _mm512_reduce_add_ps", g.c_source)
+    check(impl, "avx512")
+
+
+# --------------------------------------------------------------------------- hand-built trees
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_parallel_loop_uses_openmp(compiler: str) -> None:
+    """A parallel tile loop becomes `#pragma omp parallel for` and still verifies."""
+    ls = parse_spec("Matmul(1x8x8x16, f32:GL:row, f32:GL:row, f32:GL:row)")
+    body_spec = shrink(ls, (1, 4, 8, 8), True)
+    assert body_spec is not None
+    body = synth(body_spec, "avx2")
+    loop = Loop(ls, (body,), (1, 4, 8, 8), True, ())
+    g = generate_c(loop, "k", "avx2")
+    assert "#pragma omp parallel for collapse(2)" in g.c_source
+    try:
+        check(loop, "avx2", compiler)
+    except CompileError as e:
+        if "omp" in e.stderr and "cannot find" in e.stderr:
+            pytest.skip(f"{compiler} has no OpenMP runtime on this host")
+        raise
+
+
+def test_packed_scratch_buffer() -> None:
+    """Packing rhs into panels of 4 columns (a GL scratch buffer) and computing from it."""
+    ls = parse_spec("Matmul(1x8x8x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    rhs = ls.operands[1]
+    layout = lay.packed((0, 1, 2), 2, 4, rhs.shape)
+    packed = make_tensor(rhs.shape, rhs.dtype, Level.GL, layout, None)
+    assert packed is not None
+    pro_spec = canonical(MOVE, False, rhs.shape, (rhs, packed), True)
+    body_spec = canonical(MATMUL, False, ls.shape, (ls.operands[0], packed, ls.operands[2]), True)
+    for isa in ("avx2", "x86-64"):
+        tree = Alloc(
+            ls, (synth(pro_spec, isa), synth(body_spec, isa)), 1, packed, False, True, False
+        )
+        g = generate_c(tree, "k", isa)
+        assert "__attribute__((aligned(64)))" in g.c_source
+        check(tree, isa)
