@@ -60,12 +60,21 @@ class PersistentMemo(DictMemo):
         super().__init__()
         self.store = CacheStore(schema_stamp(), target_id, root=root)
         self.cache_hits = 0
+        self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
+
+    def _locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
+        """`locate`, cached per interned Spec (kept alive so its id stays unique)."""
+        found = self._where.get(id(spec))
+        if found is None or found[0] is not spec:
+            key, pt = locate(spec)
+            found = self._where[id(spec)] = (spec, key, pt)
+        return found[1], found[2]
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
         hit = super().get(spec, limits)
         if hit is not None:
             return hit
-        key, pt = locate(spec)
+        key, pt = self._locate(spec)
         value = self.store.get(key, pt + memory_coords(limits))
         if value is None:
             return None
@@ -85,7 +94,7 @@ class PersistentMemo(DictMemo):
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
         super().put(spec, hi, result)
-        key, pt = locate(spec)
+        key, pt = self._locate(spec)
         value: MemoValue | Unsat
         if result is None:
             lo, value = ZERO, UNSAT
