@@ -105,6 +105,23 @@ class Page:
             return None
         return self._values[int(self._vid[i])]
 
+    def slice_at(self, prefix: Coords) -> list[Box]:
+        """Boxes containing `prefix` in their leading coordinates, as (lo, hi, value) of the
+        remaining coordinates: everything the page knows about one Spec at every limit."""
+        n = self._n
+        k = len(prefix)
+        if n == 0:
+            return []
+        p = np.asarray(prefix, dtype=_DTYPE)
+        inside = ((self._lo[:n, :k] <= p) & (p <= self._hi[:n, :k])).all(1)
+        idx = np.flatnonzero(inside).tolist()
+        los = self._lo[idx, k:].tolist()
+        his = self._hi[idx, k:].tolist()
+        return [
+            (tuple(a), tuple(b), self._values[int(self._vid[i])])
+            for a, b, i in zip(los, his, idx, strict=True)
+        ]
+
     def _build_small(self) -> None:
         self._small = tuple(self.boxes())
         self._small_version = self.version

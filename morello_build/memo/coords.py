@@ -46,11 +46,14 @@ def memory_coords(limits: Limits) -> tuple[int, ...]:
     return tuple(v if lvl.counts_registers else v.bit_length() for lvl, v in zip(Level, limits))
 
 
-def limit_from_coord(level: int, coord: int) -> int:
-    """Largest limit value with this coordinate (inverse of memory_coords, rounding up)."""
+def limit_from_coord(level: int, coord: int, low: bool = False) -> int:
+    """Inverse of memory_coords: the largest (or with `low`, smallest) limit value whose
+    coordinate is `coord`."""
     if Level(level).counts_registers:
         return coord
-    return (1 << coord) - 1 if coord else 0
+    if coord == 0:
+        return 0
+    return 1 << (coord - 1) if low else (1 << coord) - 1
 
 
 def table_key(spec: LogicalSpec) -> str:

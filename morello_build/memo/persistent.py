@@ -16,7 +16,7 @@ from pathlib import Path
 from morello_build.imp.cost import Cost
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
-from morello_build.memo.coords import locate, memory_coords
+from morello_build.memo.coords import limit_from_coord, locate, memory_coords
 from morello_build.memo.store import CacheStore
 from morello_build.memo.value import UNSAT, MemoValue, Unsat
 from morello_build.search.memo import DictMemo, Hit, Result, Solution
@@ -61,6 +61,7 @@ class PersistentMemo(DictMemo):
         self.store = CacheStore(schema_stamp(), target_id, root=root)
         self.cache_hits = 0
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
+        self._seeded: dict[int, LogicalSpec] = {}  # keeps seeded Specs (and their ids) alive
 
     def _locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
         """`locate`, cached per interned Spec (kept alive so its id stays unique)."""
@@ -72,25 +73,27 @@ class PersistentMemo(DictMemo):
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
         hit = super().get(spec, limits)
-        if hit is not None:
+        if hit is not None or id(spec) in self._seeded:
             return hit
+        # First time we see this Spec: copy everything the table knows about it, at every
+        # memory limit, into the in-memory boxes. Later lookups never touch the table.
+        self._seeded[id(spec)] = spec
         key, pt = self._locate(spec)
-        value = self.store.get(key, pt + memory_coords(limits))
-        if value is None:
-            return None
-        self.cache_hits += 1
-        result: Result
-        if value is UNSAT:
-            result = None
-        else:
-            assert isinstance(value, MemoValue)
-            main = value.intensity * spec.volume
-            if main.denominator != 1:
-                return None  # cannot be ours; treat as a miss and recompute
-            result = Solution(value.action, Cost(int(main), tuple(value.peaks), value.depth))
-        # Valid exactly at `limits` as far as we know here; remember it in memory too.
-        super().put(spec, limits, result)
-        return Hit(result, limits)
+        for lo_c, hi_c, value in self.store.table.slice_at(key, pt):
+            result: Result
+            if value is UNSAT:
+                result = None
+            else:
+                assert isinstance(value, MemoValue)
+                main = value.intensity * spec.volume
+                if main.denominator != 1:
+                    continue  # not a value for this Spec: ignore it, recompute
+                result = Solution(value.action, Cost(int(main), tuple(value.peaks), value.depth))
+            lo = tuple(limit_from_coord(i, c, low=True) for i, c in enumerate(lo_c))
+            hi = tuple(limit_from_coord(i, c) for i, c in enumerate(hi_c))
+            self.add_box(spec, lo, hi, result)
+            self.cache_hits += 1
+        return super().get(spec, limits)
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
         super().put(spec, hi, result)

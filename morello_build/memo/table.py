@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .boxes import Coords, Page
+from .boxes import Box, Coords, Page
 from .value import Value
 
 __all__ = ["Loader", "MemoTable", "PageId", "TableStats"]
@@ -145,6 +145,22 @@ class MemoTable:
         else:
             pts.append(point)
         return value
+
+    def slice_at(self, key: str, prefix: tuple[int, ...]) -> list[Box]:
+        """Every box of table `key` whose non-memory coordinates contain `prefix`, reduced
+        to its memory coordinates (loads the page on first use)."""
+        d = len(prefix) + self.memory_dims
+        known = self._dims.get(key)
+        if known is not None and known != d:
+            raise ValueError(f"table {key!r} has {known}-d points, got a {d}-d prefix")
+        pp = self.page_point(prefix + (0,) * self.memory_dims)
+        page = self._pages.get((key, pp))
+        if page is None:
+            if self._loader is None:
+                return []
+            self._check_dims(key, d)
+            page = self._load(key, pp, d)
+        return page.slice_at(prefix)
 
     def invalidate_cache(self) -> None:
         """Forget all remembered lookups; needed after changing pages behind the table's

@@ -64,11 +64,15 @@ class DictMemo:
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
         lo = ZERO if result is None else result.cost.peaks
+        self.add_box(spec, lo, hi, result)
+        self.puts += 1
+
+    def add_box(self, spec: LogicalSpec, lo: Limits, hi: Limits, result: Result) -> None:
+        """Record that `result` is the answer for every limits vector in [lo, hi]."""
         entry = self._boxes.get(id(spec))
         if entry is None or entry[0] is not spec:
             entry = self._boxes[id(spec)] = (spec, [])
         entry[1].append((lo, hi, Hit(result, hi)))
-        self.puts += 1
 
     def __len__(self) -> int:
         return sum(len(b) for _, b in self._boxes.values())
