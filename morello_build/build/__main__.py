@@ -1,0 +1,25 @@
+"""`python -m morello_build.build generate ...` / `--cmake-dir`.
+
+CMake calls this entry point rather than the full `morello` CLI so that the build step has
+no dependency on CLI wiring and starts fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from morello_build.build.generate import cmake_dir_main, generate_main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--cmake-dir"]:
+        return cmake_dir_main(args[1:])
+    if args[:1] == ["generate"]:
+        return generate_main(args[1:], prog="morello_build.build generate")
+    print("usage: python -m morello_build.build {generate ...|--cmake-dir}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

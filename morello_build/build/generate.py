@@ -1,0 +1,613 @@
+"""The build step: declarations in, C sources + headers + manifest out.
+
+CMake runs this (through ``python -m morello_build.build``) for every kernel at build time,
+and once per configure to learn the outputs. Two rules keep builds fast and safe:
+every file is written only when its content changed (so Ninja's restat skips recompiles), and
+nothing is written until every requested kernel was synthesized and verified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import morello_build
+from morello_build.build import dispatch
+from morello_build.build.config import (
+    ConfigError,
+    KernelDecl,
+    MorelloConfig,
+    decl_operands,
+    isa_ident,
+    load_config,
+    resolve_targets,
+)
+from morello_build.codegen.abi import GeneratedKernel, KernelABI
+from morello_build.errors import MorelloError
+from morello_build.target import isa as isa_mod
+
+COMBINED_HEADER = "morello_kernels.h"
+MANIFEST = "manifest.json"
+_IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+class GenerateError(MorelloError):
+    """A kernel could not be produced (synthesis, verification or an ABI mismatch)."""
+
+
+@dataclass(frozen=True)
+class KernelRequest:
+    """One kernel to produce: from a declaration, or from a bare spec (morello_add_kernel)."""
+
+    name: str
+    isas: tuple[str, ...]  # resolved (no "native"), best first
+    decl: KernelDecl | None = None
+    spec: str | None = None  # used when decl is None
+    schedule: str | None = None
+    where: str = ""  # prefix naming the file and kernel in error messages
+
+    def spec_text(self) -> str:
+        if self.decl is not None:
+            return self.decl.spec_text()
+        assert self.spec is not None
+        return self.spec
+
+
+@dataclass(frozen=True)
+class KernelFile:
+    """A file to build: C source (compiled with `flags`) or header (flags unused)."""
+
+    name: str
+    isa: str | None  # the ISA it must be compiled for; None for dispatchers and headers
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelOutput:
+    """Everything produced for one kernel, in memory, before anything touches the disk."""
+
+    name: str
+    contents: tuple[tuple[str, str], ...]  # (file name, text)
+    manifest: dict[str, Any] = field(hash=False, compare=False)
+    summary: str = ""
+
+
+def source_files(name: str, isas: Sequence[str]) -> tuple[KernelFile, ...]:
+    """The C sources a kernel produces, with per-source ISA flags (the CMake contract)."""
+    if len(isas) == 1:
+        return (KernelFile(f"{name}.c", isas[0], isa_mod.ISA_FLAGS[isas[0]]),)
+    files = [
+        KernelFile(f"{dispatch.variant_name(name, i)}.c", i, isa_mod.ISA_FLAGS[i]) for i in isas
+    ]
+    files.append(KernelFile(f"{name}.c", None, ()))
+    return tuple(files)
+
+
+def header_files(name: str, isas: Sequence[str]) -> tuple[str, ...]:
+    if len(isas) == 1:
+        return (f"{name}.h",)
+    return (f"{name}.h", *(f"{dispatch.variant_name(name, i)}.h" for i in isas))
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Atomically replace `path` with `text` unless it already holds exactly that; True if written."""
+    data = text.encode("utf-8")
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs are ordinary files
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
+
+
+def _check_abi(req: KernelRequest, abi: KernelABI) -> None:
+    """The synthesized function must match what the declaration promised CMake and Python."""
+    if req.decl is None:
+        return
+    want = decl_operands(req.decl)
+    got = abi.operands
+    ok = len(got) == len(want) and all(
+        g.dtype == w.dtype
+        and g.role == w.role
+        and _volume(g.shape) == _volume(w.shape)
+        and _is_row(g.order) == _is_row(w.order)
+        for g, w in zip(got, want, strict=False)
+    )
+    if not ok:
+        raise GenerateError(
+            f"{req.name}: synthesized kernel has parameters ({abi.prototype()}), "
+            f"expected ({', '.join(o.c_param() + str(list(o.shape)) for o in want)})"
+        )
+
+
+def _volume(shape: Iterable[int]) -> int:
+    v = 1
+    for s in shape:
+        v *= s
+    return v
+
+
+def _is_row(order: tuple[int, ...]) -> bool:
+    return order == tuple(sorted(order))
+
+
+def _verify(kernel: GeneratedKernel, isa: str) -> tuple[str, float | None]:
+    """Check against numpy when this machine can execute `isa`: (status, max rel err)."""
+    if not isa_mod.host_supports(isa):
+        return f"{isa} not verified (not supported here)", None
+    try:
+        from morello_build import verify as verify_mod
+    except ImportError:
+        return "not verified (morello_build.verify unavailable)", None
+    try:
+        result = verify_mod.verify_kernel(kernel)
+    except verify_mod.IsaUnavailable:
+        return f"{isa} not verified (not supported here)", None
+    if not result.ok:
+        detail = result.details.splitlines()[0] if result.details else ""
+        raise GenerateError(
+            f"{kernel.abi.name}: verification against numpy failed on {isa}: "
+            f"max abs err {result.max_abs_err:.3g}, max rel err {result.max_rel_err:.3g} "
+            f"(tolerance {result.tolerance:.3g}){'; ' + detail if detail else ''}"
+        )
+    return isa, float(result.max_rel_err)
+
+
+def _verify_summary(results: Sequence[tuple[str, float | None]]) -> str:
+    ok = [(isa, err) for isa, err in results if err is not None]
+    notes = [status for status, err in results if err is None]
+    parts = []
+    if ok:
+        worst = max(err for _, err in ok)
+        parts.append(f"verified {', '.join(i for i, _ in ok)} (max rel err {worst:.1e})")
+    parts += list(dict.fromkeys(notes))
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def produce(req: KernelRequest, *, verify: bool, use_cache: bool = True) -> KernelOutput:
+    """Synthesize (or fetch from the cache) every ISA variant of one kernel, in memory."""
+    try:
+        return _produce(req, verify=verify, use_cache=use_cache)
+    except GenerateError:
+        raise
+    except MorelloError as exc:  # from the synthesizer: say which declaration it was
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GenerateError(f"{req.where or req.name}: {first}") from exc
+
+
+def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutput:
+    try:
+        from morello_build import api
+    except ImportError as exc:
+        raise GenerateError(f"the synthesizer API is not importable: {exc}") from exc
+
+    spec = req.spec_text()
+    contents: list[tuple[str, str]] = []
+    variants: list[tuple[str, KernelABI]] = []
+    functions: list[dict[str, Any]] = []
+    parts: list[str] = []
+    total_solved = 0
+    total_seconds = 0.0
+    all_hit = True
+    verified: list[tuple[str, float | None]] = []
+    multi = len(req.isas) > 1
+    for isa in req.isas:
+        fn = dispatch.variant_name(req.name, isa) if multi else req.name
+        start = time.perf_counter()
+        res = api.synthesize_kernel(
+            spec,
+            name=fn,
+            target=isa,
+            schedule=req.schedule,
+            use_cache=use_cache,
+            threads=req.decl.threads if req.decl is not None else 1,
+        )
+        elapsed = time.perf_counter() - start
+        kernel = res.kernel
+        if kernel.abi.name != fn:
+            raise GenerateError(
+                f"{req.name}: synthesizer named the function {kernel.abi.name!r}, expected {fn!r}"
+            )
+        _check_abi(req, kernel.abi)
+        total_solved += res.solved
+        total_seconds += elapsed
+        all_hit = all_hit and res.cache_hit
+        parts.append(f"{isa} cache hit" if res.cache_hit else f"{isa} {res.solved} specs")
+        if verify:
+            verified.append(_verify(kernel, isa))
+        contents += [(f"{fn}.c", kernel.c_source), (f"{fn}.h", kernel.header)]
+        variants.append((isa, kernel.abi))
+        functions.append(
+            {
+                "function": fn,
+                "isa": isa,
+                "flags": list(isa_mod.ISA_FLAGS[isa]),
+                "source": f"{fn}.c",
+                "header": f"{fn}.h",
+            }
+        )
+    first = variants[0][1]
+    if multi:
+        desc = f"{req.name}: {spec}; dispatches at runtime among {', '.join(req.isas)}"
+        contents += [
+            (f"{req.name}.c", dispatch.dispatcher_source(req.name, variants)),
+            (f"{req.name}.h", dispatch.kernel_header(req.name, first, desc)),
+        ]
+    manifest: dict[str, Any] = {
+        "name": req.name,
+        "spec": spec,
+        "isas": list(req.isas),
+        "isa": req.isas[0] if not multi else None,
+        "flags": list(isa_mod.ISA_FLAGS[req.isas[0]]) if not multi else [],
+        "functions": functions,
+        "dispatcher": f"{req.name}.c" if multi else None,
+        "header": f"{req.name}.h",
+        "sources": [f.name for f in source_files(req.name, req.isas)],
+        "accumulate": first.accumulate,
+        "flops": first.flops,
+        "workspace_bytes": first.workspace_bytes,
+        "operands": [
+            {
+                "name": o.name,
+                "shape": list(o.shape),
+                "dtype": o.dtype,
+                "c_type": o.c_type,
+                "order": list(o.order),
+                "role": o.role,
+            }
+            for o in first.operands
+        ],
+    }
+    if all_hit:
+        head = f"{req.name}: cache hit, {_fmt_seconds(total_seconds)}"
+    else:
+        head = f"{req.name}: synthesized {total_solved} specs in {_fmt_seconds(total_seconds)}"
+    tail = f" ({', '.join(parts)})" if multi else f" ({req.isas[0]})"
+    ver = _verify_summary(verified)
+    return KernelOutput(req.name, tuple(contents), manifest, head + tail + ver)
+
+
+def combined_header(names: Sequence[str]) -> str:
+    body = "".join(f'#include "{n}.h"\n' for n in names)
+    return (
+        "/* Generated by morello-build: every kernel of this build. Do not edit. */\n"
+        "#ifndef MORELLO_KERNELS_H\n#define MORELLO_KERNELS_H\n\n"
+        f"{body}\n#endif /* MORELLO_KERNELS_H */\n"
+    )
+
+
+def write_outputs(out_dir: Path, outputs: Sequence[KernelOutput], *, full: bool) -> list[Path]:
+    """Write kernel files, per-kernel manifests and (when `full`) the combined files."""
+    written: list[Path] = []
+    for o in outputs:
+        for fname, text in o.contents:
+            if write_if_changed(out_dir / fname, text):
+                written.append(out_dir / fname)
+        if write_if_changed(out_dir / f"{o.name}.json", json.dumps(o.manifest, indent=2) + "\n"):
+            written.append(out_dir / f"{o.name}.json")
+    if full:
+        names = [o.name for o in outputs]
+        if write_if_changed(out_dir / COMBINED_HEADER, combined_header(names)):
+            written.append(out_dir / COMBINED_HEADER)
+        doc = {
+            "morello_build": morello_build.__version__,
+            "kernels": [o.manifest for o in outputs],
+        }
+        if write_if_changed(out_dir / MANIFEST, json.dumps(doc, indent=2) + "\n"):
+            written.append(out_dir / MANIFEST)
+    return written
+
+
+# ---------------------------------------------------------------------------------------
+# Configure-time information for CMake
+
+
+#: Top-level modules that never change generated code (checking, benchmarking, the CLI).
+_NOT_CODEGEN = frozenset(
+    {"__main__.py", "cli.py", "bench.py", "peers.py", "verify.py", "ccompile.py"}
+)
+
+
+def package_sources() -> list[Path]:
+    """The Python sources of morello_build that generated code is a function of."""
+    root = Path(morello_build.__file__).resolve().parent
+    return sorted(
+        p
+        for p in root.rglob("*.py")
+        if "__pycache__" not in p.parts and not (p.parent == root and p.name in _NOT_CODEGEN)
+    )
+
+
+def fingerprint(sources: Sequence[Path]) -> str:
+    """Version plus a hash of the package sources: a change must regenerate kernels."""
+    root = Path(morello_build.__file__).resolve().parent
+    h = hashlib.sha256(morello_build.__version__.encode())
+    for p in sources:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return f"{morello_build.__version__}+{h.hexdigest()[:16]}"
+
+
+def _cmake_quote(s: str) -> str:
+    return '"' + s.replace("\\", "/").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def _cmake_list(items: Iterable[str]) -> str:
+    return _cmake_quote(";".join(items))
+
+
+def cmake_info(reqs: Sequence[KernelRequest], out_dir: Path, module: str | None) -> str:
+    """A CMake script describing the outputs of `reqs`; also writes declaration stamps.
+
+    Each kernel's stamp holds its normalized declaration, resolved ISAs and the synthesizer
+    fingerprint, rewritten only on change: the kernel's build rule depends on it, so editing one
+    kernel in the toml regenerates only that kernel.
+    """
+    sources = package_sources()
+    fp = fingerprint(sources)
+    lines = [
+        "# Generated by morello-build at configure time. Do not edit.",
+        f"set(_MORELLO_VERSION {_cmake_quote(morello_build.__version__)})",
+        f"set(_MORELLO_PACKAGE_SOURCES {_cmake_list(str(p) for p in sources)})",
+        f"set(_MORELLO_KERNELS {_cmake_list(r.name for r in reqs)})",
+    ]
+    for isa in isa_mod.ISAS:
+        lines.append(
+            f"set(_MORELLO_ISA_FLAGS_{isa_ident(isa)} {_cmake_list(isa_mod.ISA_FLAGS[isa])})"
+        )
+    for r in reqs:
+        stamp = out_dir / ".decl" / f"{r.name}.decl"
+        decl_doc = {
+            "fingerprint": fp,
+            "isas": list(r.isas),
+            "decl": _decl_json(r.decl) if r.decl is not None else {"spec": r.spec},
+            "schedule": r.schedule,
+        }
+        write_if_changed(stamp, json.dumps(decl_doc, indent=1, sort_keys=True) + "\n")
+        srcs = source_files(r.name, r.isas)
+        deps = [str(d) for d in _schedule_files(r.schedule)]
+        lines += [
+            f"set(_MORELLO_{r.name}_DEPENDS {_cmake_list(deps)})",
+            f"set(_MORELLO_{r.name}_ISAS {_cmake_list(r.isas)})",
+            f"set(_MORELLO_{r.name}_STAMP {_cmake_quote(str(stamp))})",
+            f"set(_MORELLO_{r.name}_SOURCES {_cmake_list(f.name for f in srcs)})",
+            f"set(_MORELLO_{r.name}_SOURCE_ISAS {_cmake_list(isa_ident(f.isa) if f.isa else 'none' for f in srcs)})",
+            f"set(_MORELLO_{r.name}_HEADERS {_cmake_list(header_files(r.name, r.isas))})",
+        ]
+    write_if_changed(out_dir / COMBINED_HEADER, combined_header([r.name for r in reqs]))
+    if module is not None:
+        from morello_build.build.pymodule import ModuleKernel, module_source
+
+        mks = []
+        for r in reqs:
+            if r.decl is None:
+                raise GenerateError(
+                    f"{module}: Python modules need kernels declared in a config file"
+                )
+            mks.append(ModuleKernel(r.decl, r.isas))
+        src = out_dir / f"{module}_module.c"
+        write_if_changed(src, module_source(module, mks))
+        lines.append(f"set(_MORELLO_MODULE_SOURCE {_cmake_quote(str(src))})")
+    return "\n".join(lines) + "\n"
+
+
+def _schedule_files(schedule: str | None) -> list[Path]:
+    """Source file of a hand schedule's module, so editing it regenerates the kernel."""
+    if not schedule:
+        return []
+    import importlib.util
+
+    module = schedule.split(":", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        raise GenerateError(
+            f"schedule {schedule!r}: cannot find module {module!r} "
+            "(it must be importable; the declaration file's directory is on the path)"
+        )
+    return [Path(spec.origin).resolve()]
+
+
+def _decl_json(d: KernelDecl) -> dict[str, Any]:
+    return {
+        "name": d.name,
+        "op": d.op,
+        "shape": list(d.shape),
+        "batched": d.batched,
+        "dtype": d.dtype,
+        "layouts": list(d.layouts),
+        "accumulate": d.accumulate,
+        "threads": d.threads,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+
+def _parse_isa_list(text: str) -> tuple[str, ...]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    allowed = ("native", *isa_mod.ISAS)
+    if not items or any(t not in allowed for t in items) or len(set(items)) != len(items):
+        raise ConfigError(
+            f"--target: expected one of {', '.join(allowed)} or a comma-separated list of them, "
+            f"got {text!r}"
+        )
+    if "native" in items and len(items) > 1:
+        raise ConfigError(f"--target: 'native' cannot be combined with other ISAs, got {text!r}")
+    return tuple(items)
+
+
+def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloConfig | None]:
+    override = _parse_isa_list(args.target) if args.target else None
+    if args.spec is not None:
+        if args.config is not None:
+            raise ConfigError("give either --config or --spec, not both")
+        if not args.name:
+            raise ConfigError("--spec needs --name (the C function name)")
+        name = args.name
+        if not name or not set(name) <= _IDENT_CHARS or name[0].isdigit() or "__" in name:
+            raise ConfigError(f"--name: expected a C identifier without '__', got {name!r}")
+        isas = resolve_targets(override or ("native",))
+        req = KernelRequest(
+            name=name, isas=isas, spec=args.spec, schedule=args.schedule, where=f"--spec ({name})"
+        )
+        return [req], None
+    if args.config is None:
+        raise ConfigError("missing --config FILE (a pyproject.toml or morello.toml)")
+    cfg = load_config(args.config)
+    table = "tool.morello.kernel" if cfg.path.name == "pyproject.toml" else "kernel"
+    decls = list(cfg.kernels)
+    if args.kernel:
+        unknown = [k for k in args.kernel if k not in {d.name for d in decls}]
+        if unknown:
+            known = ", ".join(d.name for d in decls)
+            raise ConfigError(
+                f"{args.config}: --kernel {unknown[0]}: no such kernel (declared: {known})"
+            )
+        decls = [d for d in decls if d.name in args.kernel]
+    reqs = [
+        KernelRequest(
+            name=d.name,
+            isas=resolve_targets(override or d.targets),
+            decl=d,
+            schedule=d.schedule,
+            where=f'{args.config}: [{table}] "{d.name}"',
+        )
+        for d in decls
+    ]
+    return reqs, cfg
+
+
+class _ArgError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage, so every error stays one line."""
+
+    def error(self, message: str) -> Any:
+        raise _ArgError(message)
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=prog,
+        description="Synthesize declared kernels into C sources, headers and a manifest.",
+    )
+    p.add_argument("--config", help="pyproject.toml ([tool.morello]) or morello.toml")
+    p.add_argument("--out-dir", required=True, help="directory for the generated files")
+    p.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
+    p.add_argument(
+        "--target",
+        help="ISA override for every kernel: native, avx512, avx2, x86-64 or a comma list",
+    )
+    v = p.add_mutually_exclusive_group()
+    v.add_argument(
+        "--verify",
+        dest="verify",
+        action="store_true",
+        default=None,
+        help="check each kernel against numpy when this machine can run it",
+    )
+    v.add_argument("--no-verify", dest="verify", action="store_false")
+    p.add_argument(
+        "--no-cache", action="store_true", help="do not read or write the synthesis cache"
+    )
+    p.add_argument("--spec", help="synthesize this Spec text instead of a config's kernels")
+    p.add_argument("--name", help="C function name for --spec")
+    p.add_argument("--schedule", help="module:function hand schedule for --spec")
+    p.add_argument(
+        "--cmake-info",
+        metavar="FILE",
+        help="configure-time mode: write a CMake script describing the outputs; synthesize nothing",
+    )
+    p.add_argument(
+        "--python-module",
+        metavar="NAME",
+        help="with --cmake-info: also generate the C source of Python extension NAME",
+    )
+    return p
+
+
+def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello generate") -> int:
+    """`generate` command: returns the exit code (0 ok, 2 user error); never a traceback."""
+    parser = _parser(prog)
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except _ArgError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    out_dir = Path(args.out_dir)
+    try:
+        reqs, cfg = _requests(args)
+        if cfg is not None:  # hand schedules may live next to the declarations
+            sys.path.insert(0, str(cfg.path.resolve().parent))
+        if args.cmake_info:
+            if args.python_module is not None and not args.python_module.isidentifier():
+                raise ConfigError(
+                    f"--python-module: expected a Python identifier, got {args.python_module!r}"
+                )
+            text = cmake_info(reqs, out_dir, args.python_module)
+            write_if_changed(Path(args.cmake_info), text)
+            return 0
+        verify = args.verify if args.verify is not None else (cfg.verify if cfg else True)
+        outputs = [produce(r, verify=verify, use_cache=not args.no_cache) for r in reqs]
+        write_outputs(out_dir, outputs, full=not args.kernel and args.spec is None)
+    except MorelloError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr)
+        return 2
+    for o in outputs:
+        print(o.summary, flush=True)
+    return 0
+
+
+def cmake_dir() -> Path:
+    """Directory holding MorelloBuildConfig.cmake (for -DMorelloBuild_ROOT=...)."""
+    return Path(morello_build.__file__).resolve().parent / "cmake"
+
+
+def cmake_dir_main(argv: Sequence[str] | None = None) -> int:
+    """`--cmake-dir`: print the CMake package directory."""
+    del argv
+    print(cmake_dir())
+    return 0

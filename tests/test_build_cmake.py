@@ -1,0 +1,409 @@
+"""Plain CMake: morello_add_kernel / morello_add_kernels build, link, and stay incremental.
+
+Uses the real synthesizer when morello_build.api exists, else the fake in build_fixtures (the
+plumbing under test is the same).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from morello_build.target.isa import ISA_FLAGS
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "build_fixtures"
+USE_FAKE = importlib.util.find_spec("morello_build.api") is None
+
+
+def _cmake_dir() -> Path:
+    return ROOT / "morello_build" / "cmake"
+
+
+pytestmark = pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+
+KERNEL_LINE = re.compile(r"morello: kernel (\w+)")
+
+
+def _env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(ROOT)]
+    if USE_FAKE:
+        paths.insert(0, str(FIXTURES / "fake_api"))
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    env["MORELLO_CACHE_DIR"] = str(cache)
+    env.pop("MORELLO_NO_CACHE", None)
+    return env
+
+
+def _run(
+    cmd: list[str], env: dict[str, str], cwd: Path, ok: bool = True
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800, check=False
+    )
+    if ok and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _generators() -> list[str]:
+    gens = ["Unix Makefiles"]
+    if shutil.which("ninja"):
+        gens.insert(0, "Ninja")
+    return gens
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One synthesis cache for the module: only the first build of a kernel is cold."""
+    return tmp_path_factory.mktemp("morello-cache")
+
+
+class Project:
+    def __init__(self, tmp: Path, generator: str, cache: Path) -> None:
+        self.src = tmp / "src"
+        shutil.copytree(FIXTURES / "cmake_project", self.src)
+        self.build = tmp / "build"
+        self.env = _env(cache)
+        self.generator = generator
+
+    def configure(self, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run(
+            [
+                "cmake",
+                "-S",
+                str(self.src),
+                "-B",
+                str(self.build),
+                "-G",
+                self.generator,
+                f"-DMorelloBuild_ROOT={_cmake_dir()}",
+                f"-DMORELLO_PYTHON={sys.executable}",
+                "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror",
+            ],
+            self.env,
+            self.src,
+            ok,
+        )
+
+    def build_(self) -> tuple[str, list[str]]:
+        proc = _run(["cmake", "--build", str(self.build)], self.env, self.src)
+        out = proc.stdout + proc.stderr
+        return out, KERNEL_LINE.findall(out)
+
+    def check(self) -> str:
+        return _run([str(self.build / "check_kernels")], self.env, self.src).stdout
+
+
+@pytest.mark.parametrize("generator", _generators())
+def test_build_link_and_incremental(tmp_path: Path, generator: str, cache: Path) -> None:
+    p = Project(tmp_path, generator, cache)
+    conf = p.configure().stdout
+    assert f"morello headers: {p.build / 'morello' / 'toml_kernels'}" in conf
+    out, ran = p.build_()
+    assert sorted(ran) == ["mm_multi", "mm_small", "mm_spec", "mv_bf16"], out
+    assert "mm_small: " in out  # the generator's one-line summary is in the build log
+    assert p.check().split() == [
+        "mm_spec:",
+        "ok",
+        "mm_small:",
+        "ok",
+        "mm_multi:",
+        "ok",
+        "mv_bf16:",
+        "ok",
+    ]
+    gen_dir = p.build / "morello" / "toml_kernels"
+    assert {f.name for f in gen_dir.glob("mm_multi*.c")} == {
+        "mm_multi.c",
+        "mm_multi__avx512.c",
+        "mm_multi__avx2.c",
+        "mm_multi__x86_64.c",
+    }
+    mtimes = {f: f.stat().st_mtime_ns for f in gen_dir.iterdir() if f.is_file()}
+
+    # No change: no synthesis, nothing rewritten.
+    out, ran = p.build_()
+    assert ran == [], out
+    # Touching the declarations re-runs configure but no kernel.
+    (p.src / "morello.toml").touch()
+    out, ran = p.build_()
+    assert ran == [], out
+    assert {f: f.stat().st_mtime_ns for f in mtimes} == mtimes
+
+    # Changing one kernel regenerates that kernel only.
+    toml = p.src / "morello.toml"
+    toml.write_text(
+        toml.read_text().replace("shape = [16, 8, 12]", 'shape = [16, 8, 12]\ntarget = "x86-64"')
+    )
+    out, ran = p.build_()
+    assert ran == ["mm_small"], out
+    if generator == "Ninja":  # restat: untouched sources are not recompiled
+        assert "mm_multi.c.o" not in out and "mm_spec.c.o" not in out
+    assert '"isa": "x86-64"' in (gen_dir / "mm_small.json").read_text()
+    assert "mm_small: ok" in p.check()
+    out, ran = p.build_()
+    assert ran == [], out
+
+
+def test_configure_reports_bad_declaration(tmp_path: Path, cache: Path) -> None:
+    p = Project(tmp_path, _generators()[0], cache)
+    toml = p.src / "morello.toml"
+    toml.write_text(toml.read_text().replace("shape = [16, 8, 12]", "shape = [16, 0, 12]"))
+    proc = p.configure(ok=False)
+    assert proc.returncode != 0
+    flat = " ".join(proc.stderr.split())  # CMake wraps long messages
+    assert '[kernel] "mm_small": shape: expected 3 or 4 positive integers, got [16, 0, 12]' in flat
+    assert "Traceback" not in proc.stderr
+
+
+def test_cmake_dir_holds_config() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "morello_build.build", "--cmake-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_env(Path("/nonexistent")),
+    )
+    d = Path(proc.stdout.strip())
+    assert (d / "MorelloBuildConfig.cmake").is_file()
+    assert (d / "MorelloBuildConfigVersion.cmake").is_file()
+    assert d == _cmake_dir().resolve()
+
+
+def test_find_package_version_check(tmp_path: Path) -> None:
+    src = tmp_path / "v"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.15)\nproject(v LANGUAGES NONE)\n"
+        "find_package(MorelloBuild 0.1 CONFIG REQUIRED)\n"
+        'message(STATUS "found=${MorelloBuild_FOUND} version=${MorelloBuild_VERSION}")\n'
+        "find_package(MorelloBuild 7.0 CONFIG QUIET)\n"
+    )
+    proc = _run(
+        [
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(tmp_path / "b"),
+            f"-DMorelloBuild_ROOT={_cmake_dir()}",
+            f"-DMORELLO_PYTHON={sys.executable}",
+        ],
+        _env(tmp_path / "c"),
+        src,
+    )
+    import morello_build
+
+    assert f"found=1 version={morello_build.__version__}" in proc.stdout
+
+
+def _load_module(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("kmod", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_python_module_bindings(tmp_path: Path) -> None:
+    """The generated CPython module, built by plain CMake (always with the fake kernels:
+    this tests the bindings, not the synthesizer)."""
+    np = pytest.importorskip("numpy")
+    env = _env(tmp_path / "cache")
+    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURES / "fake_api"), env["PYTHONPATH"]])
+    build = tmp_path / "build"
+    src = FIXTURES / "pymodule_project"
+    _run(
+        [
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(build),
+            f"-DMorelloBuild_ROOT={_cmake_dir()}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror",
+        ],
+        env,
+        tmp_path,
+    )
+    _run(["cmake", "--build", str(build)], env, tmp_path)
+    (so,) = build.glob("kmod*.so")
+    kmod = _load_module(so)
+    assert kmod.__morello_kernels__ == ("mm_row", "mm_col", "bmm_acc", "mv_bf16")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 4), dtype=np.float32)
+    b = rng.standard_normal((4, 5), dtype=np.float32)
+    np.testing.assert_allclose(kmod.mm_row(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+    out = kmod.mm_col(np.asfortranarray(a), np.asfortranarray(b))
+    assert out.flags.f_contiguous and out.shape == (3, 5)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="mm_col: a must be F-contiguous"):
+        kmod.mm_col(a, np.asfortranarray(b))
+
+    ba = rng.standard_normal((2, 3, 4), dtype=np.float32)
+    bb = np.ascontiguousarray(rng.standard_normal((2, 5, 4), dtype=np.float32)).swapaxes(1, 2)
+    acc = kmod.bmm_acc(ba, bb)  # out=None: zeros, then +=
+    np.testing.assert_allclose(acc, ba @ bb, rtol=1e-5, atol=1e-5)
+    again = kmod.bmm_acc(ba, bb, out=acc)
+    assert again is acc
+    np.testing.assert_allclose(acc, 2 * (ba @ bb), rtol=1e-5, atol=1e-5)
+
+    bits_a = rng.integers(0x3F00, 0x3F80, (2, 8), dtype=np.uint16)
+    bits_b = rng.integers(0xBF00, 0xBF80, (8, 3), dtype=np.uint16)
+    f = lambda x: (x.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+    np.testing.assert_allclose(kmod.mv_bf16(bits_a, bits_b), f(bits_a) @ f(bits_b), rtol=1e-5)
+
+    with pytest.raises(
+        TypeError, match=r"mm_row: b must have dtype float32, got buffer format 'd'"
+    ):
+        kmod.mm_row(a, b.astype(np.float64))
+    with pytest.raises(ValueError, match=r"mm_row: out must have shape \(3, 5\), got \(5, 3\)"):
+        kmod.mm_row(a, b, out=np.zeros((5, 3), np.float32))
+    with pytest.raises(TypeError, match="mm_row: a must be a float32 array"):
+        kmod.mm_row(None, b)
+    with pytest.raises(TypeError):
+        kmod.mm_row(a)
+    assert "mm_row(a, b, out=None) -> out" in kmod.mm_row.__doc__
+    assert kmod.__morello_info__["mv_bf16"]["isas"] == ("avx512", "avx2", "x86-64")
+
+
+FAKE_CPU = """
+#include <stdlib.h>
+#include <string.h>
+static int fake_supports(const char *f)
+{
+    const char *have = getenv("FAKE_CPU");
+    char buf[512], *tok;
+    if (!have)
+        return 0;
+    strncpy(buf, have, sizeof buf - 1);
+    buf[sizeof buf - 1] = 0;
+    for (tok = strtok(buf, " "); tok; tok = strtok(NULL, " "))
+        if (strcmp(tok, f) == 0)
+            return 1;
+    return 0;
+}
+#define __builtin_cpu_supports(f) fake_supports(f)
+#define __builtin_cpu_init() ((void)0)
+"""
+
+
+@pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if shutil.which(c)])
+def test_dispatcher_picks_best_supported_isa(tmp_path: Path, cc: str) -> None:
+    """Runtime dispatch, with __builtin_cpu_supports replaced by a fake CPU from $FAKE_CPU."""
+    from morello_build.build import dispatch
+    from morello_build.codegen.abi import KernelABI, OperandABI
+    from morello_build.target import isa
+
+    ops = (
+        OperandABI("a", (2, 3), "f32", (0, 1), "in"),
+        OperandABI("b", (3, 4), "f32", (0, 1), "in"),
+        OperandABI("c", (2, 4), "f32", (0, 1), "out"),
+    )
+
+    def build(isas: tuple[str, ...], exe: str) -> Path:
+        variants = []
+        main = ["#include <stdio.h>", '#include "mv.h"']
+        for i in isas:
+            abi = KernelABI(dispatch.variant_name("mv", i), "matmul", ops, False, i, 48)
+            variants.append((i, abi))
+            (tmp_path / f"{abi.name}.h").write_text(f"{abi.prototype()};\n")
+            main.append(
+                f'{abi.prototype()} {{ (void)a; (void)b; c[0] = {isas.index(i)}; puts("{i}"); }}'
+            )
+        (tmp_path / "mv.h").write_text(dispatch.kernel_header("mv", variants[0][1], "test"))
+        (tmp_path / "mv.c").write_text(FAKE_CPU + dispatch.dispatcher_source("mv", variants))
+        main.append(
+            "int main(void) { float a[6] = {0}, b[12] = {0}, c[8]; mv(a, b, c); mv(a, b, c); return 0; }"
+        )
+        (tmp_path / f"{exe}.c").write_text("\n".join(main) + "\n")
+        out = tmp_path / exe
+        subprocess.run(
+            [
+                cc,
+                "-std=gnu99",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-unused-function",
+                "-I",
+                str(tmp_path),
+                str(tmp_path / "mv.c"),
+                str(tmp_path / f"{exe}.c"),
+                "-o",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return out
+
+    def run(exe: Path, features: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, FAKE_CPU=" ".join(features))
+        return subprocess.run([str(exe)], env=env, capture_output=True, text=True, check=False)
+
+    exe = build(("avx512", "avx2", "x86-64"), "three")
+    assert run(exe, isa.CPU_SUPPORTS["avx512"]).stdout.split() == ["avx512", "avx512"]
+    assert run(exe, isa.CPU_SUPPORTS["avx2"]).stdout.split() == ["avx2", "avx2"]
+    assert run(exe, ("avx2",)).stdout.split() == ["x86-64", "x86-64"]  # avx2 without fma
+    assert run(exe, ()).stdout.split() == ["x86-64", "x86-64"]
+
+    exe = build(("avx512", "avx2"), "two")
+    proc = run(exe, ())
+    assert proc.returncode != 0
+    assert "mv: this CPU supports none of the ISAs it was built for (avx512 or avx2)" in proc.stderr
+
+
+def test_generate_cli_writes_outputs_once(tmp_path: Path, cache: Path) -> None:
+    """generate: sources, headers, combined header, manifest; a rerun rewrites nothing."""
+    env = _env(cache)
+    shutil.copy(FIXTURES / "cmake_project" / "morello.toml", tmp_path / "morello.toml")
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        "-m",
+        "morello_build.build",
+        "generate",
+        "--config",
+        "morello.toml",
+        "--out-dir",
+        str(out),
+        "--no-verify",
+    ]
+    first = _run(cmd, env, tmp_path).stdout.splitlines()
+    assert [line.split(":")[0] for line in first] == ["mm_small", "mm_multi", "mv_bf16"]
+    names = {p.name for p in out.iterdir()}
+    assert {
+        "mm_small.c",
+        "mm_small.h",
+        "mm_multi.c",
+        "mm_multi__x86_64.c",
+        "mm_multi__avx2.h",
+        "morello_kernels.h",
+        "manifest.json",
+    } <= names
+    manifest = json.loads((out / "manifest.json").read_text())
+    mv = next(k for k in manifest["kernels"] if k["name"] == "mv_bf16")
+    assert mv["operands"][0]["dtype"] == "bf16" and mv["operands"][2]["role"] == "out"
+    assert mv["spec"] and mv["flags"] == list(ISA_FLAGS[mv["isa"]])
+    multi = next(k for k in manifest["kernels"] if k["name"] == "mm_multi")
+    assert [f["isa"] for f in multi["functions"]] == ["avx512", "avx2", "x86-64"]
+    assert multi["dispatcher"] == "mm_multi.c"
+    mtimes = {p: p.stat().st_mtime_ns for p in out.iterdir()}
+    second = _run(cmd, env, tmp_path).stdout.splitlines()
+    assert all(": cache hit," in line for line in second), second
+    assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes

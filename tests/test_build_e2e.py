@@ -1,0 +1,209 @@
+"""End to end: a fresh venv pip-installs example_project with this checkout as its build
+requirement, checks every kernel against numpy, then reinstalls warm (all cache hits).
+
+Slow (minutes): pip builds two wheels, synthesis runs cold once. Timings are printed (-s) and
+written to $MORELLO_E2E_REPORT when set. Until the synthesizer API exists, a copy of the
+checkout gets the build_fixtures fake as morello_build/api.py, so the plumbing stays tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "build_fixtures"
+KERNELS = ("mm64", "mm256", "matvec_bf16", "mm_odd")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed"),
+]
+
+
+def _run(
+    cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 3600
+) -> tuple[str, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-20000:]}")
+    return proc.stdout, dt
+
+
+def _checkout_copy(dst: Path) -> Path:
+    """This checkout without VCS/build clutter; with the fake API if the real one is missing."""
+    ignore = shutil.ignore_patterns(
+        ".git",
+        "__pycache__",
+        "*.egg-info",
+        "build",
+        "dist",
+        ".venv*",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        "example_project",
+        "tests",
+        "benchmarks",
+    )
+    shutil.copytree(ROOT, dst, ignore=ignore)
+    (dst / "morello_build" / "build").mkdir(exist_ok=True)
+    shutil.copytree(
+        ROOT / "morello_build" / "build",
+        dst / "morello_build" / "build",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        dirs_exist_ok=True,
+    )
+    if not (dst / "morello_build" / "api.py").exists():
+        shutil.copy(FIXTURES / "fake_api" / "morello_fake_api.py", dst / "morello_build" / "api.py")
+    return dst
+
+
+def _summaries(log: str) -> dict[str, str]:
+    """Kernel name -> the generate step's one-line summary, from pip -v output."""
+    found: dict[str, str] = {}
+    for line in log.splitlines():
+        m = re.match(r"^\s*(\w+): (cache hit|synthesized)\b", line)
+        if m and m.group(1) in KERNELS:
+            found[m.group(1)] = line.strip()
+    return found
+
+
+def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    for var in ("PYTHONPATH", "MORELLO_NO_CACHE", "VIRTUAL_ENV"):
+        env.pop(var, None)
+    env["MORELLO_CACHE_DIR"] = str(tmp_path / "cache")
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    timings: dict[str, float] = {}
+
+    venv_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, clear=True).create(venv_dir)
+    py = str(venv_dir / "bin" / "python")
+    _run([py, "-m", "pip", "install", "-q", "numpy", "pytest"], env, tmp_path)
+
+    src = _checkout_copy(tmp_path / "morello-build")
+    dist = tmp_path / "dist"
+    _, timings["wheel"] = _run(
+        [py, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(src)], env, tmp_path
+    )
+    wheels = list(dist.glob("morello_build-*.whl"))
+    assert len(wheels) == 1
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheels[0]).namelist())
+    for f in (
+        "MorelloBuildConfig.cmake",
+        "MorelloBuildConfigVersion.cmake",
+        "MorelloBuild.cmake",
+        "__init__.py",
+    ):
+        assert f"morello_build/cmake/{f}" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    eps = zipfile.ZipFile(wheels[0]).read(entry_points).decode()
+    assert "[cmake.root]" in eps and "[cmake.module]" in eps
+
+    example = tmp_path / "example_project"
+    shutil.copytree(
+        ROOT / "example_project", example, ignore=shutil.ignore_patterns("build", "__pycache__")
+    )
+    install = [
+        py,
+        "-m",
+        "pip",
+        "install",
+        "-v",
+        "--no-deps",
+        "--force-reinstall",
+        "--find-links",
+        str(dist),
+        str(example),
+    ]
+
+    cold_log, timings["pip_install_cold"] = _run(install, env, tmp_path)
+    cold = _summaries(cold_log)
+    assert set(cold) == set(KERNELS), cold_log[-5000:]
+
+    out, _ = _run(
+        [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(example / "tests")], env, tmp_path
+    )
+    assert " passed" in out and "failed" not in out, out
+    table, _ = _run([py, "-m", "example_project"], env, tmp_path)
+    for k in KERNELS:
+        assert re.search(rf"^{k}\s", table, re.M), table
+
+    warm_log, timings["pip_install_warm"] = _run(install, env, tmp_path)
+    warm = _summaries(warm_log)
+    assert set(warm) == set(KERNELS), warm_log[-5000:]
+    for k, line in warm.items():
+        assert line.startswith(f"{k}: cache hit"), line
+    out, _ = _run(
+        [py, "-c", "import example_project as e; print(sorted(e.KERNELS))"], env, tmp_path
+    )
+    assert out.strip() == str(sorted(KERNELS))
+
+    # The same kernels with plain CMake, found through --cmake-dir, linked into a C program.
+    _run(
+        [py, "-m", "pip", "install", "-q", "--find-links", str(dist), "morello-build"],
+        env,
+        tmp_path,
+    )
+    cmake_dir, _ = _run([py, "-m", "morello_build", "--cmake-dir"], env, tmp_path)
+    build = tmp_path / "cmake-build"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run(
+        [
+            "cmake",
+            "-S",
+            str(example),
+            "-B",
+            str(build),
+            *gen,
+            f"-DMorelloBuild_ROOT={cmake_dir.strip()}",
+            f"-DPython_EXECUTABLE={py}",
+            "-DEXAMPLE_PROJECT_C_TEST=ON",
+            "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror",
+        ],
+        env,
+        tmp_path,
+    )
+    cmake_log, timings["plain_cmake_build"] = _run(["cmake", "--build", str(build)], env, tmp_path)
+    plain = _summaries(cmake_log)
+    assert set(plain) == set(KERNELS), cmake_log
+    assert all(line.startswith(f"{k}: cache hit") for k, line in plain.items()), plain
+    c_out, _ = _run([str(build / "check_kernels")], env, tmp_path)
+    assert c_out.count(" ok ") == len(KERNELS), c_out
+    again, _ = _run(["cmake", "--build", str(build)], env, tmp_path)
+    assert _summaries(again) == {}, again
+
+    report = {
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "cold": cold,
+        "warm": warm,
+        "table": table,
+        "c_check": c_out,
+        "python": sys.version.split()[0],
+    }
+    print(json.dumps(report, indent=2))
+    if os.environ.get("MORELLO_E2E_REPORT"):
+        Path(os.environ["MORELLO_E2E_REPORT"]).write_text(json.dumps(report, indent=2) + "\n")
