@@ -6,9 +6,10 @@ point = accum flag (0 = accumulating, a dependency of the plain form), log2 of e
         flag (0 = serial), then the memory limits: raw register counts for RF/VRF and the
         bit length for L1/GL (limits there are 0 or powers of two).
 
-Shapes with a non-power-of-two dim (remainder slabs) or exotic layouts fall outside the
-map; they go to a side table keyed by the full logical Spec text whose points are the
-memory coordinates only.
+Shapes with a non-power-of-two dim (remainder slabs of odd sizes) use a second map with
+linear dim coordinates (d - 1) in tables prefixed `lin/`, so they still share pages with
+their neighbours. Layouts the map cannot encode go to a side table keyed by the full
+logical Spec text whose points are the memory coordinates only.
 """
 
 from __future__ import annotations
@@ -61,11 +62,14 @@ def table_key(spec: LogicalSpec) -> str:
     return f"{spec.kind}/{dts}/{len(spec.shape)}"
 
 
-def spatial_point(spec: LogicalSpec) -> tuple[int, ...] | None:
-    """The non-memory coordinates, or None when the Spec is outside the spatial map."""
+def spatial_point(spec: LogicalSpec, linear: bool = False) -> tuple[int, ...] | None:
+    """The non-memory coordinates, or None when the Spec is outside the spatial map.
+
+    Dims are log2 (powers of two only), or with `linear` d - 1.
+    """
     pt: list[int] = [0 if spec.accum else 1]
     for d in spec.shape:
-        lg = _log2_exact(d)
+        lg = d - 1 if linear else _log2_exact(d)
         if lg is None:
             return None
         pt.append(lg)
@@ -82,6 +86,9 @@ def spatial_point(spec: LogicalSpec) -> tuple[int, ...] | None:
 def locate(spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
     """(table key, non-memory point); the side-table key has an empty point."""
     pt = spatial_point(spec)
-    if pt is None:
-        return "ns/" + spec.text(), ()
-    return table_key(spec), pt
+    if pt is not None:
+        return table_key(spec), pt
+    pt = spatial_point(spec, linear=True)
+    if pt is not None:
+        return "lin/" + table_key(spec), pt
+    return "ns/" + spec.text(), ()
