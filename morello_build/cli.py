@@ -130,6 +130,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
             sys.stdout.write(k.c_source)
         if args.header:
             Path(args.header).write_text(k.header)
+            if Path(args.header).name != f"{k.abi.name}.h":
+                print(
+                    f"morello: note: the C source includes \"{k.abi.name}.h\"; "
+                    f"name the header that (or pass --name)",
+                    file=sys.stderr,
+                )
         print(
             f"{k.abi.name}: {res.solved} Specs solved in {res.seconds:.2f} s"
             + (" (cache hit)" if res.cache_hit else ""),
