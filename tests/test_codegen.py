@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -28,6 +30,7 @@ from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, Spec, canonical
 from morello_build.ir.tensorspec import make_tensor
 from morello_build.ir.text import parse_spec
 from morello_build.search.dp import Search
+from morello_build.target.isa import host_supports
 from morello_build.target.x86 import get_target
 from morello_build.verify import IsaUnavailable, VerifyResult, verify_kernel
 
@@ -175,7 +178,8 @@ def test_header_contract() -> None:
     g = generate_c(synth(parse_spec(_MM8), "avx2"), "mm8", "avx2")
     assert "#ifndef MORELLO_MM8_H" in g.header
     assert "#include <stdint.h>" in g.header
-    assert g.abi.prototype() + ";" in g.header
+    assert g.abi.prototype().replace(" *restrict ", " *MORELLO_RESTRICT ") + ";" in g.header
+    assert 'extern "C"' in g.header  # usable from C++
     assert "out = lhs @ rhs" in g.header
     assert '#include "mm8.h"' in g.c_source
     assert "immintrin.h" not in g.c_source  # vector extensions only
@@ -236,3 +240,24 @@ def test_packed_scratch_buffer() -> None:
         g = generate_c(tree, "k", isa)
         assert "__attribute__((aligned(64)))" in g.c_source
         check(tree, isa)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+def test_header_compiles_and_links_from_cpp(tmp_path) -> None:
+    g = generate_c(synth(parse_spec(_MM8), "avx2"), "mm8", "avx2")
+    (tmp_path / "mm8.h").write_text(g.header)
+    (tmp_path / "mm8.c").write_text(g.c_source)
+    (tmp_path / "main.cpp").write_text(
+        '#include "mm8.h"\n'
+        "int main() { float a[64], b[64], c[64];\n"
+        "  for (int i = 0; i < 64; i++) { a[i] = 1.0f; b[i] = 2.0f; }\n"
+        "  mm8(a, b, c); return c[0] == 16.0f && c[63] == 16.0f ? 0 : 1; }\n"
+    )
+    subprocess.run(["gcc", "-O2", "-mavx2", "-mfma", "-c", "mm8.c"], cwd=tmp_path, check=True)
+    subprocess.run(
+        ["g++", "-Wall", "-Wextra", "-Werror", "main.cpp", "mm8.o", "-o", "main"],
+        cwd=tmp_path,
+        check=True,
+    )
+    if host_supports("avx2"):
+        assert subprocess.run([str(tmp_path / "main")]).returncode == 0
