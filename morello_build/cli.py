@@ -132,7 +132,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
             Path(args.header).write_text(k.header)
             if Path(args.header).name != f"{k.abi.name}.h":
                 print(
-                    f"morello: note: the C source includes \"{k.abi.name}.h\"; "
+                    f'morello: note: the C source includes "{k.abi.name}.h"; '
                     f"name the header that (or pass --name)",
                     file=sys.stderr,
                 )

@@ -16,14 +16,27 @@ SPECS = ["16x16x16", "16x32x16", "32x16x16", "16x16x32"]
 def synth(n, cache: Path | None, *extra):
     env = dict(os.environ)
     env.pop("MORELLO_NO_CACHE", None)
-    args = [sys.executable, "-m", "morello_build", "synth", "matmul", n, "--target", "avx512",
-            "--format", "json", "-q", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "morello_build",
+        "synth",
+        "matmul",
+        n,
+        "--target",
+        "avx512",
+        "--format",
+        "json",
+        "-q",
+        *extra,
+    ]
     if cache is None:
         args.append("--no-cache")
     else:
         env["MORELLO_CACHE_DIR"] = str(cache)
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def result(p):
@@ -34,8 +47,12 @@ def result(p):
 
 def cache_cmd(action, cache):
     env = dict(os.environ, MORELLO_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "morello_build", "cache", action],
-                          env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "morello_build", "cache", action],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,9 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
 - a non-accumulating Matmul only tiles, moves its output, or becomes zero + accumulate;
 - no VRF moves of a Matmul lhs (kernels read it as scalars or contiguous L1 rows);
 - relayouts: B (rhs) into N-panels, and strided input tiles into dense L1 copies;
+- no relayout or widening copies into GL/L1 of a Matmul rhs used only once in the Spec
+  (m == 1): the copy is a whole extra pass over B (this is what keeps matrix-vector
+  synthesis with long N fast: 1x2048x16384 bf16 went from ~250k Specs to ~8k);
 - VRF moves use one vector size: as many f32 values as the widest register holds (so a
   bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor;
 - Move and Zero Specs get no same-level moves (a copy of a copy never helps).
@@ -148,6 +151,10 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
     t = spec.operands[i]
     role = spec.roles()[i]
     is_matmul_input = spec.kind == MATMUL and role == IN
+    # The rhs is reused inside this Spec only if m > 1. A memory copy of a single-use
+    # rhs (relayout or widening into GL/L1) reads every value once more than reading it
+    # in place. (The lhs is small in the shapes where this matters, so it keeps its copies.)
+    copy_pays = not is_matmul_input or i == 0 or spec.shape[1] > 1
     dtypes = [t.dtype] + (list(WIDENINGS.get(t.dtype, ())) if role == IN else [])
     acts: list[Action] = []
     for level in MOVE_DESTINATIONS[t.level]:
@@ -173,9 +180,9 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                 layouts: list[lay.Layout] = []
                 if level is Level.L1 and not same and dtype == t.dtype:
                     layouts.append(t.layout)  # the cache view
-                if dtype != t.dtype:
+                if copy_pays and dtype != t.dtype:
                     layouts.append(lay.row_major(t.shape))  # a widening copy
-                elif is_matmul_input:
+                elif copy_pays and is_matmul_input:
                     layouts.extend(_relayouts(spec, i, t, level, target))
                 for layout in layouts:
                     acts.append(Move(i, level, layout, None, dtype))

@@ -15,6 +15,7 @@ from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import MEM, VRF, CodegenError, Loc, View, coords
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.spec import LogicalSpec
+from morello_build.target.kernels import STREAM_ACCUMULATORS
 
 Emitter = Callable[[Ctx, LogicalSpec, tuple[View, ...]], None]
 
@@ -224,6 +225,129 @@ def _dot_product(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...], variant: 
     ctx.close()
 
 
+def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: int) -> Loc | None:
+    """Location of `coord` when the next `length` elements along `axis` follow it in memory."""
+    if view.buf.kind != MEM:
+        return None
+    first = ctx.amap.loc(view, coord)
+    if first.addr is None:
+        return None
+    for step in {1, length // 2, length - 1}:
+        if step <= 0:
+            continue
+        p = list(coord)
+        p[axis] += step
+        loc = ctx.amap.loc(view, tuple(p))
+        assert loc.addr is not None
+        if (
+            not loc.addr.same_base(first.addr)
+            or loc.addr.affine.const != first.addr.affine.const + step
+        ):
+            return None
+    return first
+
+
+def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """c[0, :] += sum_kk a[kk] * B[kk, :], streaming the k rows of B side by side.
+
+    Per step of `STREAM_ACCUMULATORS` vectors along n: load the output vectors, add every
+    row's contribution (bf16 rows widened in registers), store them back.
+    """
+    a, b, c = views
+    _, m, kk, n = spec.shape
+    lanes = ctx.f32_lanes
+    rows = [_row_start(ctx, b, (0, r, 0), 2, n) for r in range(kk)]
+    out = _row_start(ctx, c, (0, 0, 0), 2, n)
+    if m != 1 or n % lanes or out is None or any(r is None for r in rows):
+        raise CodegenError(f"VecMatRows needs contiguous rows: {spec.text()}")
+    bf16 = b.buf.dtype == Dtype.BF16
+    elem = "uint16_t" if bf16 else "float"
+    vf = ctx.vtype(Dtype.F32, lanes)
+    vin = ctx.vtype(Dtype.BF16, lanes) if bf16 else vf
+    ctx.includes.add("string.h")
+    u = ctx.fresh()
+    ctx.open("{")
+    for r, loc in enumerate(rows):
+        assert loc is not None
+        ctx.line(f"const {elem} *b{u}_{r} = &{loc.ref()};")
+        ctx.line(f"const float s{u}_{r} = {ctx.read_f32(ctx.amap.loc(a, (0, 0, r)))};")
+    ctx.line(f"float *c{u} = &{out.ref()};")
+
+    # AVX-512 bf16: one 64-byte load holds 32 bf16; `x << 16` and `x & 0xffff0000` are
+    # the even- and odd-indexed values as f32 (2 ops per 32 values instead of 2 widening
+    # loads and 2 shifts). Accumulators then hold even/odd lanes, so the output pair is
+    # deinterleaved after loading and re-interleaved before storing (once per call).
+    pairs = bf16 and ctx.isa == "avx512"
+    if pairs:
+        ctx.includes.add("immintrin.h")
+        wide = ctx.vtype(Dtype.U32, lanes)
+        idx = {
+            "ev": [2 * i for i in range(16)],
+            "od": [2 * i + 1 for i in range(16)],
+            "lo": [i // 2 + (i % 2) * 16 for i in range(16)],
+            "hi": [8 + i // 2 + (i % 2) * 16 for i in range(16)],
+        }
+        for name, values in idx.items():
+            ctx.line(f"const __m512i {name}{u} = _mm512_setr_epi32({', '.join(map(str, values))});")
+
+    def step(var: str, base: int, count: int) -> None:
+        def at(i: int) -> str:
+            terms = [var] if var else []
+            if base + i * lanes or not terms:
+                terms.append(str(base + i * lanes))
+            return " + ".join(terms)
+
+        accs = [f"acc{u}_{i}" for i in range(count)]
+        ctx.line(f"{vf} {', '.join(accs)};")
+        npair = count // 2 if pairs else 0
+        for i, acc in enumerate(accs):
+            ctx.line(f"memcpy(&{acc}, c{u} + {at(i)}, sizeof {acc});")
+        for p in range(npair):
+            a0, a1 = accs[2 * p], accs[2 * p + 1]
+            ctx.line(f"{vf} t{u}_{p} = {a0};")
+            ctx.line(f"{a0} = ({vf})_mm512_permutex2var_ps((__m512){a0}, ev{u}, (__m512){a1});")
+            ctx.line(f"{a1} = ({vf})_mm512_permutex2var_ps((__m512)t{u}_{p}, od{u}, (__m512){a1});")
+        if npair:
+            ctx.line(f"{wide} w{u};")
+        if count > 2 * npair:
+            ctx.line(f"{vin} x{u};")
+        for r in range(kk):
+            for p in range(npair):
+                a0, a1 = accs[2 * p], accs[2 * p + 1]
+                ctx.line(f"memcpy(&w{u}, b{u}_{r} + {at(2 * p)}, sizeof w{u});")
+                ctx.line(f"{a0} = {a0} + s{u}_{r} * ({vf})(w{u} << 16);")
+                ctx.line(f"{a1} = {a1} + s{u}_{r} * ({vf})(w{u} & 0xffff0000u);")
+            for i in range(2 * npair, count):
+                acc = accs[i]
+                ctx.line(f"memcpy(&x{u}, b{u}_{r} + {at(i)}, sizeof x{u});")
+                val = _widen(ctx, f"x{u}", lanes) if bf16 else f"x{u}"
+                ctx.line(f"{acc} = {acc} + s{u}_{r} * {val};")
+        for p in range(npair):
+            a0, a1 = accs[2 * p], accs[2 * p + 1]
+            ctx.line(f"t{u}_{p} = {a0};")
+            ctx.line(f"{a0} = ({vf})_mm512_permutex2var_ps((__m512){a0}, lo{u}, (__m512){a1});")
+            ctx.line(f"{a1} = ({vf})_mm512_permutex2var_ps((__m512)t{u}_{p}, hi{u}, (__m512){a1});")
+        for i, acc in enumerate(accs):
+            ctx.line(f"memcpy(c{u} + {at(i)}, &{acc}, sizeof {acc});")
+
+    nvec = n // lanes
+    width = STREAM_ACCUMULATORS * lanes
+    full = nvec // STREAM_ACCUMULATORS
+    if full == 1:
+        ctx.open("{")
+        step("", 0, STREAM_ACCUMULATORS)
+        ctx.close()
+    elif full > 1:
+        ctx.open(f"for (int j{u} = 0; j{u} < {full * width}; j{u} += {width}) {{")
+        step(f"j{u}", 0, STREAM_ACCUMULATORS)
+        ctx.close()
+    if nvec % STREAM_ACCUMULATORS:
+        ctx.open("{")
+        step("", full * width, nvec % STREAM_ACCUMULATORS)
+        ctx.close()
+    ctx.close()
+
+
 # --------------------------------------------------------------------------- move
 
 
@@ -328,6 +452,8 @@ EMITTERS: dict[str, Emitter] = {
     "DotProductLoop": lambda ctx, s, v: _dot_product(ctx, s, v, "f32"),
     "DotProductLoopBf16": lambda ctx, s, v: _dot_product(ctx, s, v, "bf16"),
     "DotProductLoopVdpbf16ps": lambda ctx, s, v: _dot_product(ctx, s, v, "vdpbf16ps"),
+    "VecMatRowsF32": _vec_mat_rows,
+    "VecMatRowsBf16F32": _vec_mat_rows,
     "Assign": _generic_move,
     "CastBf16F32": _generic_move,
     "VectorAssign": _vector_assign,

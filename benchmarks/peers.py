@@ -1,0 +1,360 @@
+"""Kernel speed against peers: the issue's table as Markdown plus a PNG plot.
+
+    python benchmarks/peers.py                       # every shape, avx512 and avx2
+    python benchmarks/peers.py --targets avx512 --shapes 64,256,1x1024x1024
+    python benchmarks/peers.py --shapes bf16:1x2048x16384 --results out.json   # piecewise
+
+Each row runs ``morello bench --json`` in a fresh process with a fresh, empty cache
+directory, so synthesis is cold and its time is reported; the kernel and its peers
+(OpenBLAS, MKL, MKL JIT, an -O3 loop nest) are then timed side by side in one C harness
+(medians of round-robin samples). Results are merged into ``--results`` (JSON) keyed by
+(target, shape), so the table can be built piecewise; the table and the plot always show
+everything in that file.
+
+Shapes: ``N`` (N^3), ``MxKxN``, optionally prefixed ``bf16:`` (bf16 x bf16 -> f32) and
+suffixed ``@T`` (T threads). FMA peak = 2 FMA units x lanes x 2 flops x GHz per core (x
+threads), lanes 16 (AVX-512) or 8 (AVX2) f32; bf16 rows on AVX-512 use the vdpbf16ps peak
+(twice the f32 one). GHz is assumed 3.7 (the issue's figure; --ghz to change it,
+--measure-ghz to time a dependent add chain, which a loaded host under-reports).
+Matrix-vector rows (M=1) also show B's bytes per second as a percentage of a plain
+streaming read of a buffer of B's size, timed by a small harness built with the same
+compiler flags right before the table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_SHAPES = (
+    "8,16,32,64,128,256,512,100x37x250,1x1024x1024,1x2048x16384,bf16:1x2048x16384,bf16:256,512@2"
+)
+PEERS = ("openblas", "mkl", "mkl-jit", "naive")
+MORELLO = "morello-build"
+LANES = {"avx512": 16, "avx2": 8}
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, int, int], int]:
+    """`bf16:1x2048x16384@2` -> ("bf16", (1, 2048, 16384), 2)."""
+    t = text.strip()
+    dtype = "f32"
+    if ":" in t:
+        dtype, t = t.split(":", 1)
+    threads = 1
+    if "@" in t:
+        t, th = t.split("@", 1)
+        threads = int(th)
+    dims = [int(x) for x in t.split("x")]
+    if len(dims) == 1:
+        dims = dims * 3
+    if len(dims) != 3 or dtype not in ("f32", "bf16"):
+        raise SystemExit(f"bad shape {text!r}: expected N, MxKxN, bf16:..., ...@T")
+    return dtype, (dims[0], dims[1], dims[2]), threads
+
+
+def key(target: str, shape: str) -> str:
+    return f"{target}/{shape}"
+
+
+def run_one(target: str, shape: str, min_time: float) -> dict[str, object]:
+    dtype, (m, k, n), threads = parse_shape(shape)
+    with tempfile.TemporaryDirectory(prefix="morello-peers-cache-") as cache:
+        env = dict(os.environ, MORELLO_CACHE_DIR=cache)
+        env.pop("MORELLO_NO_CACHE", None)
+        common = [
+            "matmul",
+            f"{m}x{k}x{n}",
+            "--target",
+            target,
+            "--dtype",
+            dtype,
+            "--threads",
+            str(threads),
+        ]
+        morello = [sys.executable, "-m", "morello_build"]
+        # 1. Cold synthesis into the empty cache (timed by the synthesizer itself) ...
+        t0 = time.perf_counter()
+        p = subprocess.run(
+            [*morello, "synth", *common, "--format", "json", "-q"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if p.returncode != 0:
+            return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+        synth = json.loads(p.stdout)
+        # 2. ... then the benchmark, which replays the cached solution.
+        p = subprocess.run(
+            [*morello, "bench", *common, "--json", "-q", "--min-time", str(min_time)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:], "wall": wall}
+    doc: dict[str, object] = json.loads(p.stdout)
+    doc["synth_seconds"] = synth.get("seconds")
+    doc["solved"] = synth.get("solved")
+    doc["wall"] = wall
+    return doc
+
+
+def measure_ghz() -> float:
+    """Clock of one core: a chain of 1-cycle dependent adds, best of several runs."""
+    src = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+    double best = 0;
+    for (int r = 0; r < 7; r++) {
+        struct timespec a, b;
+        unsigned long x = 0, n = 200000000UL;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        unsigned long one = 1;
+        /* register adds: 1-cycle latency (add-immediate chains can be folded at rename) */
+        for (unsigned long i = 0; i < n; i += 8)
+            __asm__ volatile("add %1,%0\n add %1,%0\n add %1,%0\n add %1,%0\n"
+                             "add %1,%0\n add %1,%0\n add %1,%0\n add %1,%0"
+                             : "+r"(x) : "r"(one));
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double s = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+        double ghz = n / s / 1e9;
+        if (ghz > best) best = ghz;
+    }
+    printf("%.3f\n", best);
+    return 0;
+}
+"""
+    return float(_run_c(src, []))
+
+
+def stream_read_gbs(nbytes: int) -> float:
+    """Median GB/s of a 4-accumulator AVX-512/AVX2 sum over an `nbytes` buffer (warm)."""
+    src = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__AVX512F__)
+typedef float v __attribute__((vector_size(64)));
+#else
+typedef float v __attribute__((vector_size(32)));
+#endif
+#define L (sizeof(v) / sizeof(float))
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec + 1e-9 * t.tv_nsec; }
+__attribute__((noinline)) static float sum(const float *restrict b, long n) {
+    v s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    for (long i = 0; i + 4 * L <= n; i += 4 * L) {
+        v x0, x1, x2, x3;
+        memcpy(&x0, b + i, sizeof x0); memcpy(&x1, b + i + L, sizeof x1);
+        memcpy(&x2, b + i + 2 * L, sizeof x2); memcpy(&x3, b + i + 3 * L, sizeof x3);
+        s0 += x0; s1 += x1; s2 += x2; s3 += x3;
+    }
+    s0 += s1 + s2 + s3;
+    float t = 0;
+    for (unsigned j = 0; j < L; j++) t += s0[j];
+    return t;
+}
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+int main(int argc, char **argv) {
+    long bytes = atol(argv[1]), n = bytes / 4;
+    float *b = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    for (long i = 0; i < n; i++) b[i] = (float)(i % 7);
+    volatile float sink = 0;
+    for (int w = 0; w < 3; w++) sink += sum(b, n);
+    int reps = bytes > (64L << 20) ? 1 : (int)((256L << 20) / bytes) + 1;
+    double t[31];
+    for (int r = 0; r < 31; r++) {
+        double t0 = now();
+        for (int q = 0; q < reps; q++) sink += sum(b, n);
+        t[r] = (now() - t0) / reps;
+    }
+    qsort(t, 31, sizeof t[0], cmp);
+    printf("%.3f\n", bytes / t[15] / 1e9);
+    return 0;
+}
+"""
+    return float(_run_c(src, ["-mavx512f", "-mavx2", "-mfma"], str(nbytes)))
+
+
+def _run_c(src: str, flags: list[str], *args: str) -> str:
+    with tempfile.TemporaryDirectory(prefix="morello-peers-") as d:
+        c = Path(d) / "m.c"
+        exe = Path(d) / "m"
+        c.write_text(src)
+        subprocess.run(["gcc", "-O2", "-std=gnu11", *flags, str(c), "-o", str(exe)], check=True)
+        taskset = ["taskset", "-c", "0"] if _has("taskset") else []
+        return subprocess.run(
+            [*taskset, str(exe), *args], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+
+def _has(tool: str) -> bool:
+    return any((Path(p) / tool).exists() for p in os.environ.get("PATH", "").split(os.pathsep))
+
+
+def _gf(doc: dict[str, object], name: str) -> float | None:
+    rows: list[dict[str, object]] = doc.get("results", [])  # type: ignore[assignment]
+    for r in rows:
+        if r["name"] == name and "gflops" in r:
+            return float(r["gflops"])  # type: ignore[arg-type]
+    return None
+
+
+def table(results: dict[str, dict[str, object]], ghz: float, stream: dict[str, float]) -> str:
+    head = (
+        "| target | shape | dtype | thr | morello GF/s | "
+        + " | ".join(PEERS)
+        + " | ratio to best peer | % FMA peak | matvec % stream BW | cold synth s |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for k in sorted(results, key=_order):
+        target, shape = k.split("/", 1)
+        dtype, (m, kk, n), threads = parse_shape(shape)
+        doc = results[k]
+        dims = f"{m}x{kk}x{n}"
+        if "error" in doc:
+            lines.append(f"| {target} | {dims} | {dtype} | {threads} | error: {doc['error']} |")
+            continue
+        mo = _gf(doc, MORELLO)
+        peers = [_gf(doc, p) for p in PEERS]
+        ratio = doc.get("ratio")
+        peak = 2 * LANES[target] * 2 * ghz * threads
+        if dtype == "bf16" and target == "avx512":
+            peak *= 2
+        pct = f"{100 * mo / peak:.0f}%" if mo else "-"
+        bw = "-"
+        if m == 1 and mo:
+            bsize = kk * n * (2 if dtype == "bf16" else 4)
+            sk = f"{target}/{bsize}"
+            if sk in stream:
+                secs = 2 * kk * n / (mo * 1e9)
+                bw = f"{100 * bsize / secs / 1e9 / stream[sk]:.0f}%"
+        synth = doc.get("synth_seconds")
+        cells = [
+            target,
+            dims,
+            dtype,
+            str(threads),
+            f"{mo:.1f}" if mo else "-",
+            *[f"{p:.1f}" if p else "-" for p in peers],
+            f"{ratio:.2f}x" if isinstance(ratio, float) else "-",
+            pct,
+            bw,
+            f"{synth:.1f}" if isinstance(synth, float) else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _order(k: str) -> tuple[str, str, int, int, int, int]:
+    target, shape = k.split("/", 1)
+    dtype, (m, kk, n), threads = parse_shape(shape)
+    return (target, dtype, threads, m * kk * n, m, n)
+
+
+def plot(results: dict[str, dict[str, object]], ghz: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = sorted({k.split("/", 1)[0] for k in results})
+    fig, axes = plt.subplots(1, len(targets), figsize=(8 * len(targets), 5), squeeze=False)
+    for ax, target in zip(axes[0], targets):
+        keys = sorted((k for k in results if k.startswith(target + "/")), key=_order)
+        labels = []
+        for k in keys:
+            dtype, (m, kk, n), th = parse_shape(k.split("/", 1)[1])
+            label = f"{m}x{kk}x{n}" if not (m == kk == n) else f"{m}^3"
+            labels.append(
+                ("bf16 " if dtype == "bf16" else "") + label + (f" T{th}" if th > 1 else "")
+            )
+        xs = list(range(len(keys)))
+        for name in (MORELLO, *PEERS):
+            ys = [_gf(results[k], name) for k in keys]
+            ys2 = [y if y is not None else float("nan") for y in ys]
+            ax.plot(xs, ys2, marker="o", label=name, linewidth=2.5 if name == MORELLO else 1.2)
+        peak = 2 * LANES[target] * 2 * ghz
+        ax.axhline(peak, color="k", linestyle="--", label=f"f32 FMA peak, 1 core ({peak:.0f})")
+        ax.set_xticks(xs)
+        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("GFLOP/s (median)")
+        ax.set_title(f"{target}: morello-build vs peers")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--targets", default="avx512,avx2")
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--results", default="benchmarks/peers_results.json")
+    ap.add_argument("--png", default="benchmarks/peers.png")
+    ap.add_argument(
+        "--ghz",
+        type=float,
+        default=3.7,
+        help="core clock for the FMA peak [default: 3.7, the issue's figure for these hosts]",
+    )
+    ap.add_argument(
+        "--measure-ghz",
+        action="store_true",
+        help="measure the clock instead (a dependent add chain; unreliable on a loaded host)",
+    )
+    ap.add_argument("--report-only", action="store_true", help="print/plot the results file")
+    args = ap.parse_args(argv)
+
+    res_path = Path(args.results)
+    results: dict[str, dict[str, object]] = {}
+    if res_path.exists():
+        results = json.loads(res_path.read_text())
+    meta = results.pop("_meta", {})
+    if not args.report_only:
+        for target in args.targets.split(","):
+            for shape in args.shapes.split(","):
+                print(f"[peers] {target} {shape} ...", file=sys.stderr, flush=True)
+                results[key(target, shape)] = run_one(target, shape, args.min_time)
+                res_path.write_text(json.dumps({**results, "_meta": meta}, indent=1))
+    ghz = measure_ghz() if args.measure_ghz else args.ghz
+    meta["ghz"] = ghz
+    stream: dict[str, float] = dict(meta.get("stream", {}))  # type: ignore[call-overload]
+    for k in results:
+        target, shape = k.split("/", 1)
+        dtype, (m, kk, n), _ = parse_shape(shape)
+        if m == 1:
+            bsize = kk * n * (2 if dtype == "bf16" else 4)
+            sk = f"{target}/{bsize}"
+            if sk not in stream:
+                stream[sk] = stream_read_gbs(bsize)
+    meta["stream"] = stream
+    res_path.write_text(json.dumps({**results, "_meta": meta}, indent=1))
+    print(
+        f"FMA peak per core: 2 FMA x lanes x 2 flops x {ghz:.2f} GHz"
+        f" ({'measured' if args.measure_ghz else 'assumed'}); avx512 f32 {2 * 16 * 2 * ghz:.0f} GF/s, avx2 f32"
+        f" {2 * 8 * 2 * ghz:.0f} GF/s; bf16 on avx512 counts vdpbf16ps (2x f32)."
+    )
+    print("Streaming-read bandwidth (GB/s, buffer of B's size, 1 core): ", end="")
+    print(", ".join(f"{k}: {v:.1f}" for k, v in sorted(stream.items())))
+    print()
+    print(table(results, ghz, stream))
+    plot(results, ghz, Path(args.png))
+    print(f"\nplot: {args.png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

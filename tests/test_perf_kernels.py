@@ -1,0 +1,182 @@
+"""Kernels added for speed: applicability, cost, search choices and verified C.
+
+Speed itself is never asserted here (see benchmarks/); these tests pin down that the fast
+kernels apply where intended, cost what the model says, are chosen by the search for the
+shapes they exist for, and compute the right answer (compiled with gcc and clang, run,
+compared with numpy).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from morello_build.actions.enumerate import enumerate_actions
+from morello_build.actions.move import Move
+from morello_build.codegen.emit import generate_c
+from morello_build.imp.nodes import Alloc, Block, Impl, Kernel, Loop
+from morello_build.ir.levels import Level
+from morello_build.ir.spec import Spec
+from morello_build.ir.text import parse_spec
+from morello_build.search.dp import Search
+from morello_build.target.kernels import (
+    KERNELS_BY_NAME,
+    STREAM_LINE_COST,
+    STREAM_RUN_COST,
+)
+from morello_build.target.x86 import get_target
+from morello_build.verify import IsaUnavailable, verify_kernel
+
+ROWS_F32 = KERNELS_BY_NAME["VecMatRowsF32"]
+ROWS_BF16 = KERNELS_BY_NAME["VecMatRowsBf16F32"]
+
+
+def _kernels(impl: Impl) -> list[str]:
+    out = [impl.name] if isinstance(impl, Kernel) else []
+    for c in impl.children:
+        out += _kernels(c)
+    return out
+
+
+def _synth(text: str, isa: str) -> Impl:
+    t = get_target(isa)
+    impl = Search(t).reconstruct(Spec(parse_spec(text), t.max_limits))
+    assert impl is not None
+    return impl
+
+
+def _verify(impl: Impl, isa: str, compiler: str) -> None:
+    g = generate_c(impl, "mb_perf_kernel", isa)
+    try:
+        r = verify_kernel(g, compiler=compiler)
+    except IsaUnavailable:
+        pytest.skip(f"host cannot run {isa}")
+    assert r.ok, r.details + "\n" + g.c_source
+
+
+# --------------------------------------------------------------------------- VecMatRows
+
+
+def test_rows_applies_to_row_major_rows_in_memory() -> None:
+    t = get_target("avx512")
+    ok = parse_spec("MatmulAccum(1x1x8x64, f32:GL:row, f32:GL:[1,2]c1, f32:L1:row)")
+    assert ROWS_F32.applies(ok, t)
+    assert ROWS_F32.applies(ok, get_target("avx2"))
+    assert not ROWS_F32.applies(ok, get_target("x86-64"))  # no vectors
+    for bad in (
+        "MatmulAccum(1x2x8x64, f32:GL:row, f32:GL:row, f32:L1:row)",  # m > 1
+        "MatmulAccum(1x1x16x64, f32:GL:row, f32:GL:row, f32:L1:row)",  # too many rows
+        "MatmulAccum(1x1x8x24, f32:GL:row, f32:GL:row, f32:L1:row)",  # n not whole vectors
+        "MatmulAccum(1x1x8x64, f32:GL:row, f32:GL:col, f32:L1:row)",  # rows not contiguous
+        "MatmulAccum(1x1x8x64, f32:GL:row, f32:L1:row, f32:L1:row)",  # B not streamed
+        "MatmulAccum(1x1x8x64, f32:GL:row, f32:GL:row, f32:GL:row)",  # out not in L1
+        "Matmul(1x1x8x64, f32:GL:row, f32:GL:row, f32:L1:row)",  # not accumulating
+        "MatmulAccum(1x1x8x64, bf16:GL:row, bf16:GL:row, f32:L1:row)",  # bf16 variant's
+    ):
+        assert not ROWS_F32.applies(parse_spec(bad), t), bad
+    b16 = parse_spec("MatmulAccum(1x1x3x32, bf16:L1:row, bf16:GL:row, f32:L1:row)")
+    assert ROWS_BF16.applies(b16, t) and not ROWS_F32.applies(b16, t)
+
+
+def test_rows_cost_and_registers() -> None:
+    t = get_target("avx512")
+    s = parse_spec("MatmulAccum(1x1x8x64, f32:L1:row, f32:GL:[1,2]c1, f32:L1:row)")
+    # 8 rows x 4 vectors x 2, 8 x 4 B lines streamed, 8 runs, 4 vectors in and out, lhs line.
+    assert ROWS_F32.cost(s, t) == 64 + 32 * STREAM_LINE_COST + 8 * STREAM_RUN_COST + 8 + 1
+    assert ROWS_F32.memory(s, t) == (0, 8 + 4 + 1, 0, 0)
+    b = parse_spec("MatmulAccum(1x1x8x64, bf16:L1:row, bf16:GL:[1,2]c1, f32:L1:row)")
+    # bf16: 3 per vector (widen + FMA), half the B lines.
+    assert ROWS_BF16.cost(b, t) == 96 + 16 * STREAM_LINE_COST + 8 * STREAM_RUN_COST + 8 + 1
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_search_streams_matrix_vector_rows(dtype: str) -> None:
+    """M=1 with a row-major B: the search splits k and streams rows (no panels)."""
+    text = f"Matmul(1x1x256x512, {dtype}:GL:row, {dtype}:GL:row, f32:GL:row, serial)"
+    impl = _synth(text, "avx512")
+    want = "VecMatRowsF32" if dtype == "f32" else "VecMatRowsBf16F32"
+    assert want in _kernels(impl)
+
+
+def test_single_use_inputs_are_not_copied() -> None:
+    """The rhs of an M=1 Spec gets no relayout/widening copy (it is read only once)."""
+    t = get_target("avx512")
+    s = parse_spec("MatmulAccum(1x1x64x64, bf16:GL:row, bf16:GL:row, f32:GL:row)")
+    copies = [
+        a
+        for a in enumerate_actions(s, t)
+        if isinstance(a, Move) and a.operand == 1 and a.level in (Level.GL, Level.L1)
+    ]
+    # Only the L1 cache view remains.
+    assert [(a.level, a.dtype.value) for a in copies] == [(Level.L1, "bf16")]
+    s2 = parse_spec("MatmulAccum(1x4x64x64, bf16:GL:row, bf16:GL:row, f32:GL:row)")
+    assert any(
+        isinstance(a, Move) and a.operand == 1 and a.level is Level.GL
+        for a in enumerate_actions(s2, t)
+    )
+
+
+def _rows_tree(text: str, kernel: str) -> Impl:
+    """Zero the output, view it in L1, run one VecMatRows call on the whole Spec."""
+    ls = parse_spec(text)
+    acc = ls._replace(accum=True)
+    out = acc.operands[2]
+    l1 = out._replace(level=Level.L1)
+    body = acc._replace(operands=(acc.operands[0], acc.operands[1], l1))
+    zero_spec = parse_spec(f"Zero({'x'.join(map(str, out.shape))}, f32:GL:row, serial)")
+    zero = Kernel(zero_spec, "MemsetZero")
+    view = Alloc(acc, (Kernel(body, kernel),), 2, l1, True, False, False)
+    return Block(ls, (zero, view))
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+@pytest.mark.parametrize(
+    ("isa", "text", "kernel"),
+    [
+        # 3 rows, 5 vectors: one full step of 4 plus a 1-vector tail.
+        ("avx512", "Matmul(1x1x3x80, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "VecMatRowsF32"),
+        ("avx2", "Matmul(1x1x8x56, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "VecMatRowsF32"),
+        (
+            "avx512",
+            "Matmul(1x1x5x144, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)",
+            "VecMatRowsBf16F32",
+        ),
+        (
+            "avx2",
+            "Matmul(1x1x2x40, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)",
+            "VecMatRowsBf16F32",
+        ),
+    ],
+)
+def test_rows_kernel_verifies(isa: str, text: str, kernel: str, compiler: str) -> None:
+    _verify(_rows_tree(text, kernel), isa, compiler)
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+@pytest.mark.parametrize(
+    ("isa", "text"),
+    [
+        ("avx512", "Matmul(1x1x100x512, f32:GL:row, f32:GL:row, f32:GL:row, serial)"),
+        ("avx512", "Matmul(1x1x64x256, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)"),
+        ("avx2", "Matmul(1x1x64x200, f32:GL:row, f32:GL:row, f32:GL:row, serial)"),
+        ("avx2", "MatmulAccum(1x1x36x512, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)"),
+    ],
+)
+def test_synthesized_matrix_vector_verifies(isa: str, text: str, compiler: str) -> None:
+    impl = _synth(text, isa)
+    assert any(k.startswith("VecMatRows") for k in _kernels(impl))
+    _verify(impl, isa, compiler)
+
+
+def test_rows_loop_structure() -> None:
+    """The k split is the outer loop; the kernel itself walks n (no tiling of n)."""
+    impl = _synth("Matmul(1x1x64x1024, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
+    loops = []
+
+    def walk(n: Impl) -> None:
+        if isinstance(n, Loop):
+            loops.append(n.tile_shape)
+        for c in n.children:
+            walk(c)
+
+    walk(impl)
+    assert loops and all(shape[3] == 1024 for shape in loops)
