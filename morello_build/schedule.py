@@ -24,6 +24,7 @@ from morello_build.actions.tile import Split, TileOut
 from morello_build.errors import MorelloError
 from morello_build.imp.cost import Cost
 from morello_build.imp.nodes import Alloc, Block, Hole, Impl, Loop
+from morello_build.imp.printer import iter_nodes
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
@@ -103,7 +104,7 @@ class Schedule:
         return replace(self, impl=_replace_at(self.impl, start, sub.impl))
 
     def holes(self) -> list[LogicalSpec]:
-        return [n.spec for n in _walk(self.impl) if isinstance(n, Hole)]
+        return [n.spec for n in iter_nodes(self.impl) if isinstance(n, Hole)]
 
     # -- synthesis of what is left, and costs -----------------------------------------------
 
@@ -214,13 +215,6 @@ def _replace_at(root: Impl, path: Path, new: Impl) -> Impl:
     kids = list(root.children)
     kids[i] = _replace_at(kids[i], path[1:], new)
     return replace(root, children=tuple(kids))
-
-
-def _walk(node: Impl) -> list[Impl]:
-    out = [node]
-    for c in node.children:
-        out.extend(_walk(c))
-    return out
 
 
 def _alloc_units(node: Alloc) -> Limits:
