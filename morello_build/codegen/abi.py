@@ -14,17 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: C element type used at the interface for each dtype name.
-C_TYPES: dict[str, str] = {
-    "f32": "float",
-    "bf16": "uint16_t",
-    "u8": "uint8_t",
-    "s8": "int8_t",
-    "u16": "uint16_t",
-    "s16": "int16_t",
-    "u32": "uint32_t",
-    "s32": "int32_t",
-}
+from morello_build.ir.dtypes import Dtype
+
+#: C element type used at the interface for each dtype name (bf16 travels as uint16_t).
+C_TYPES: dict[str, str] = {d.value: d.c_type for d in Dtype}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ byte-identical for the same tree.
 
 from __future__ import annotations
 
+from morello_build.codegen.abi import C_TYPES
 from morello_build.codegen.views import RF, VRF, AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
 
@@ -94,17 +95,8 @@ class Ctx:
         return f"v{tag}x{lanes}"
 
     def typedef_lines(self) -> list[str]:
-        ctypes = {
-            "f32": "float",
-            "u8": "uint8_t",
-            "s8": "int8_t",
-            "u16": "uint16_t",
-            "s16": "int16_t",
-            "u32": "uint32_t",
-            "s32": "int32_t",
-        }
         return [
-            f"typedef {ctypes[tag]} v{tag}x{lanes} __attribute__((vector_size({nbytes})));"
+            f"typedef {C_TYPES[tag]} v{tag}x{lanes} __attribute__((vector_size({nbytes})));"
             for tag, lanes, nbytes in sorted(self.vector_types)
         ]
 
