@@ -30,9 +30,34 @@ def shrink(spec: LogicalSpec, shape: tuple[int, ...], serial: bool) -> LogicalSp
     return canonical(spec.kind, spec.accum, shape, tuple(ops), serial)
 
 
+def boundary_regions(
+    shape: tuple[int, ...], tile: tuple[int, ...]
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(shape, offset) of each remainder slab a `tile` leaves in `shape`, in body order.
+
+    One region per non-empty subset of the ragged dims: ragged dims in the subset take
+    their remainder (at offset S - r), the others their whole tiled part.
+    """
+    ragged = [d for d, (s, t) in enumerate(zip(shape, tile)) if s % t]
+    regions = []
+    for r in range(1, len(ragged) + 1):
+        for subset in itertools.combinations(ragged, r):
+            region = list(shape)
+            off = [0] * len(shape)
+            for d in ragged:
+                rem = shape[d] % tile[d]
+                if d in subset:
+                    region[d] = rem
+                    off[d] = shape[d] - rem
+                else:
+                    region[d] = shape[d] - rem
+            regions.append((tuple(region), tuple(off)))
+    return regions
+
+
 def _loop_plan(
     spec: LogicalSpec, tile: tuple[int, ...], parallel: bool, target: Target
-) -> tuple[Plan, tuple[tuple[int, ...], ...]] | None:
+) -> Plan | None:
     if tile == spec.shape or any(t > s or t < 1 for t, s in zip(tile, spec.shape)):
         return None
     if parallel and (spec.serial or any(not o.level.parallel_tileable for o in spec.operands)):
@@ -40,33 +65,23 @@ def _loop_plan(
     body = shrink(spec, tile, spec.serial or parallel)
     if body is None:
         return None
-    full = [s // t for s, t in zip(spec.shape, tile)]
-    ragged = [d for d, (s, t) in enumerate(zip(spec.shape, tile)) if s % t]
     children = [body]
-    offsets: list[tuple[int, ...]] = []
-    for r in range(1, len(ragged) + 1):
-        for subset in itertools.combinations(ragged, r):
-            shape = list(spec.shape)
-            off = [0] * len(shape)
-            for d in ragged:
-                rem = spec.shape[d] % tile[d]
-                if d in subset:
-                    shape[d] = rem
-                    off[d] = spec.shape[d] - rem
-                else:
-                    shape[d] = spec.shape[d] - rem
-            b = shrink(spec, tuple(shape), spec.serial)
-            if b is None:
-                return None
-            children.append(b)
-            offsets.append(tuple(off))
-    iters = math.prod(full)
+    for region, _ in boundary_regions(spec.shape, tile):
+        b = shrink(spec, region, spec.serial)
+        if b is None:
+            return None
+        children.append(b)
+    iters = math.prod(s // t for s, t in zip(spec.shape, tile))
     const = 0
     if parallel:
         iters = -(-iters // target.processors)
         const = target.par_setup + target.par_per_iter * iters
     coefs = (iters,) + (1,) * (len(children) - 1)
-    return Plan(tuple(children), coefs, const, ZERO), tuple(offsets)
+    return Plan(tuple(children), coefs, const, ZERO)
+
+
+def _offsets(spec: LogicalSpec, tile: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    return tuple(off for _, off in boundary_regions(spec.shape, tile))
 
 
 @dataclass(frozen=True)
@@ -79,13 +94,11 @@ class TileOut:
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         if spec.kind == MATMUL and self.shape[2] != spec.shape[2]:
             return None
-        r = _loop_plan(spec, self.shape, self.parallel, target)
-        return r[0] if r else None
+        return _loop_plan(spec, self.shape, self.parallel, target)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
-        r = _loop_plan(spec, self.shape, self.parallel, _ANY_TARGET_FOR_OFFSETS)
-        assert r is not None
-        return Loop(spec, children, self.shape, self.parallel, r[1], self.describe())
+        offsets = _offsets(spec, self.shape)
+        return Loop(spec, children, self.shape, self.parallel, offsets, self.describe())
 
     def describe(self) -> str:
         kind = "tile_out_parallel" if self.parallel else "tile_out"
@@ -105,17 +118,11 @@ class Split:
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         if spec.kind != MATMUL or not spec.accum or self.k >= spec.shape[2]:
             return None
-        r = _loop_plan(spec, self._shape(spec), False, target)
-        return r[0] if r else None
+        return _loop_plan(spec, self._shape(spec), False, target)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
-        r = _loop_plan(spec, self._shape(spec), False, _ANY_TARGET_FOR_OFFSETS)
-        assert r is not None
-        return Loop(spec, children, self._shape(spec), False, r[1], self.describe())
+        shape = self._shape(spec)
+        return Loop(spec, children, shape, False, _offsets(spec, shape), self.describe())
 
     def describe(self) -> str:
         return f"split({self.k})"
-
-
-# Boundary offsets do not depend on the target; any target instance computes them.
-_ANY_TARGET_FOR_OFFSETS = Target("x86-64", (), (16, 0, 1024, 1 << 25), (0, 0, 2, 20), 0, 0)
