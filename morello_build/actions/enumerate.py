@@ -7,7 +7,9 @@ The search space is Morello's, pruned where a move could never pay off, to keep 
 synthesis fast (each pruning is a documented choice, not a limitation of the model):
 - same-level relayouts (packing) only for Matmul inputs in GL/L1;
 - RF moves only from L1 and only for single values (vectors do the register blocking);
-- a non-accumulating Matmul only tiles, moves its output, or becomes zero + accumulate;
+- a non-accumulating Matmul only tiles, moves its output, takes L1 cache views of its
+  inputs, or becomes zero + accumulate (so an output tile can be zeroed in registers
+  below cache views hoisted above it);
 - no VRF moves of a Matmul lhs (kernels read it as scalars or contiguous L1 rows);
 - relayouts: B (rhs) into N-panels, and strided input tiles into dense L1 copies;
 - no relayout or widening copies into GL/L1 of a Matmul rhs used only once in the Spec
@@ -69,11 +71,13 @@ def clear_cache() -> None:
 
 def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     acts: list[Action] = []
-    movable = range(len(spec.operands))
-    if spec.kind == MATMUL and not spec.accum:
-        movable = range(spec.output_index, spec.output_index + 1)
-    for i in movable:
-        acts.extend(_moves(spec, i, target))
+    for i in range(len(spec.operands)):
+        moves = _moves(spec, i, target)
+        if spec.kind == MATMUL and not spec.accum and i != spec.output_index:
+            # Inputs of a non-accumulating Matmul get only L1 cache views (no copies), so
+            # a view can be hoisted above the zero-then-accumulate split.
+            moves = [m for m in moves if _is_view(spec, m)]
+        acts.extend(moves)
     acts.extend(_tilings(spec, target))
     if spec.kind == MATMUL and spec.accum:
         k = spec.shape[2]
@@ -82,6 +86,11 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     if spec.kind == MATMUL and not spec.accum:
         acts.append(ToAccum())
     return acts
+
+
+def _is_view(spec: LogicalSpec, move: Move) -> bool:
+    found = move.new_tensor(spec)
+    return found is not None and found[1]
 
 
 def _pow2_below(n: int) -> list[int]:
