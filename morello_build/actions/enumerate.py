@@ -88,7 +88,9 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     return acts
 
 
-def _is_view(spec: LogicalSpec, move: Move) -> bool:
+def _is_view(spec: LogicalSpec, move: Action) -> bool:
+    if not isinstance(move, Move):
+        return False
     found = move.new_tensor(spec)
     return found is not None and found[1]
 
