@@ -62,3 +62,20 @@ def test_inapplicable_rewrite_is_a_clear_error():
         s.select("BroadcastVecMultAdd")
     with pytest.raises(ScheduleError, match="out of range"):
         s.tile_out(6, 16).at((5,), lambda x: x)
+
+
+@pytest.mark.parametrize("isa,panel", [("avx512", "[2,1,2p32]"), ("avx2", "[2,1,2p16]")])
+def test_b_panel_packing_copies_whole_vectors_and_matches_numpy(isa, panel):
+    """Packing B into N-panels: each vector lands in one run of a panel, so the copy must
+    be whole-vector stores (the Spec's layouts prove it) and the result must be right."""
+    t = get_target(isa)
+    spec = parse_spec("MatmulAccum(1x16x32x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    s = Schedule.for_spec(spec, t).split(16).move(1, "GL", layout=panel)
+    kernel = generate_c(s.synthesize_rest().impl, f"mm_panels_{isa}", isa)
+    pack = kernel.c_source.split("memcpy(&buf", 1)
+    assert len(pack) == 2, "the panel packing is not written with whole-vector stores"
+    try:
+        r = verify_kernel(kernel)
+    except IsaUnavailable:
+        pytest.skip(f"host lacks {isa}")
+    assert r.ok, r.details

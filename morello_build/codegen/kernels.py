@@ -360,6 +360,16 @@ def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None
     if reg.buf.kind != VRF:
         raise CodegenError(f"VectorAssign without a vector register operand: {spec.text()}")
     loading = reg is dst
+    reg_t, other_t = (spec.operands[1], spec.operands[0])
+    if not loading:
+        reg_t, other_t = other_t, reg_t
+    # The Spec's layouts are the proof of contiguity when index expressions cannot be
+    # compared term by term (e.g. a vector of a packed panel: `(16 * i + lane) / 32 % 16`):
+    # a fully contiguous memory tensor laid out like the register tensor holds each
+    # register's lanes as one run starting at its lane-0 element.
+    same_order = (
+        other.buf.kind == MEM and other_t.is_contiguous and other_t.layout.dims == reg_t.layout.dims
+    )
     for j, members in _vector_groups(ctx, reg):
         name = reg.buf.vector_name(j)
         if _is_full(reg, members):
@@ -368,6 +378,8 @@ def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None
                 ctx.line(f"{name} = {other_vec};" if loading else f"{other_vec} = {name};")
                 continue
             run = _contiguous_run(ctx, other, members)
+            if run is None and same_order:
+                run = next(ctx.amap.loc(other, p) for p, lane in members if lane == 0)
             if run is not None:
                 ctx.includes.add("string.h")
                 if loading:
