@@ -16,7 +16,9 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
   (m == 1): the copy is a whole extra pass over B (this is what keeps matrix-vector
   synthesis with long N fast: 1x2048x16384 bf16 went from ~250k Specs to ~8k);
 - VRF moves use one vector size: as many f32 values as the widest register holds (so a
-  bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor;
+  bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor in
+  whole registers, or else (f32 rows narrower than that) the narrowest register that
+  holds a row, padded and accessed with lane masks;
 - Move and Zero Specs get no same-level moves (a copy of a copy never helps).
 """
 
@@ -31,7 +33,7 @@ from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
 from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
-from morello_build.ir.tensorspec import TensorSpec, make_tensor
+from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.target.kernels import kernels_for
 from morello_build.target.x86 import Target
 
@@ -124,15 +126,29 @@ def _tilings(spec: LogicalSpec, target: Target) -> list[Action]:
 
 
 def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target) -> int | None:
+    """One vector size for a VRF move, first that applies of:
+    1. whole registers per row: the preferred width, else the widest that divides a row;
+    2. f32 rows narrower than the preferred width: the narrowest register holding a row,
+       padded (lane masks);
+    3. registers running across rows (only contiguous copies can use those)."""
     preferred = target.lanes(Dtype.F32) if dtype.is_float else target.lanes(dtype)
-    sizes = [preferred] + sorted(
-        (v for v in target.vector_sizes(dtype) if v != preferred), reverse=True
+    legal = target.vector_sizes(dtype)
+    full = layout.with_full_contig()
+    phys = lay.expand(full, t.shape)
+    if phys is None:
+        return None
+    row = phys[-1] if phys else 1
+    widest_first = [preferred] + sorted((v for v in legal if v != preferred), reverse=True)
+    narrowest_first = sorted(v for v in legal if v <= preferred)
+    steps = (
+        [vs for vs in widest_first if row % vs == 0],
+        [vs for vs in narrowest_first if padded_axis(t.shape, dtype, full, vs) is not None],
+        [vs for vs in widest_first if row % vs],
     )
-    for vs in sizes:
-        if vs in target.vector_sizes(dtype) and make_tensor(
-            t.shape, dtype, Level.VRF, layout.with_full_contig(), vs
-        ):
-            return vs
+    for group in steps:
+        for vs in group:
+            if vs in legal and make_tensor(t.shape, dtype, Level.VRF, full, vs):
+                return vs
     return None
 
 

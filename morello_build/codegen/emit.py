@@ -178,7 +178,12 @@ class _Emitter:
         elif t.level is Level.VRF:
             vs = t.vector_size
             assert vs
-            buf = Buffer(f"v{n}", t.dtype, t.shape, t.layout, VRF, vs)
+            pad = t.padded_axis
+            shape = t.shape
+            if pad is not None:  # each row of the padded axis fills lanes 0.. of a register
+                shape = tuple(vs if i == pad else d for i, d in enumerate(t.shape))
+            row = t.shape[pad] if pad is not None else 0
+            buf = Buffer(f"v{n}", t.dtype, shape, t.layout, VRF, vs, padded=row)
             count = buf.physical_volume() // vs
             vt = ctx.vtype(t.dtype, vs)
             ctx.line(f"{vt} {', '.join(f'{buf.vector_name(j)} = {{0}}' for j in range(count))};")
@@ -199,7 +204,7 @@ class _Emitter:
                 ctx.open(f"if (posix_memalign((void **)&{buf.name}, 64, {rounded}) != 0) {{")
                 ctx.line("abort();")
                 ctx.close()
-        new = View.whole(buf)
+        new = View(buf, tuple(Affine(0) for _ in t.shape), t.shape)
         idx = 0
         if node.has_prologue:
             self.node(node.children[0], (old, new))

@@ -45,6 +45,32 @@ def _is_full(view: View, members: list[tuple[tuple[int, ...], int]]) -> bool:
     return len(members) == vs and sorted(lane for _, lane in members) == list(range(vs or 0))
 
 
+def _is_padded_row(view: View, members: list[tuple[tuple[int, ...], int]]) -> bool:
+    """The members are exactly the valid lanes of one register of a padded VRF buffer."""
+    n = view.buf.padded
+    return n > 0 and sorted(lane for _, lane in members) == list(range(n))
+
+
+def _lane_mask(ctx: Ctx, lanes: int, valid: int) -> tuple[str, str]:
+    """(C expression of a masked load of `valid` f32 lanes, store statement template)."""
+    ctx.includes.add("immintrin.h")
+    if lanes == 16:
+        k = f"(__mmask16){hex((1 << valid) - 1)}"
+        return (
+            f"_mm512_maskz_loadu_ps({k}, &{{src}})",
+            f"_mm512_mask_storeu_ps(&{{dst}}, {k}, (__m512){{vec}});",
+        )
+    width = 256 if lanes == 8 else 128
+    pre = "_mm256" if width == 256 else "_mm"
+    bits = ", ".join("-1" if i < valid else "0" for i in range(lanes))
+    m = f"{pre}_setr_epi32({bits})"
+    cast = "__m256" if width == 256 else "__m128"
+    return (
+        f"{pre}_maskload_ps(&{{src}}, {m})",
+        f"{pre}_maskstore_ps(&{{dst}}, {m}, ({cast}){{vec}});",
+    )
+
+
 def _same_vector(ctx: Ctx, view: View, members: list[tuple[tuple[int, ...], int]]) -> str | None:
     """Name of the vector of VRF `view` holding exactly these coords in these lanes."""
     if view.buf.kind != VRF:
@@ -148,7 +174,7 @@ def _broadcast_vec_mult_add(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]
             ((p[0], 0, p[2]) if row else (p[0], p[1], 0), lane) for p, lane in members
         ]
         vec = _same_vector(ctx, vec_view, src_members)
-        if vec is not None and _is_full(c, members):
+        if vec is not None and (_is_full(c, members) or _is_padded_row(c, members)):
             vs = c.buf.vector_size
             assert vs
             val = _widen(ctx, vec, vs) if widen else vec
@@ -387,6 +413,20 @@ def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None
                 else:
                     ctx.line(f"memcpy(&{run.ref()}, &{name}, sizeof {name});")
                 continue
+        elif _is_padded_row(reg, members) and reg.buf.dtype == Dtype.F32:
+            run = _contiguous_run(ctx, other, members)
+            if run is None and same_order:
+                run = next(ctx.amap.loc(other, p) for p, lane in members if lane == 0)
+            if run is not None:
+                vs = reg.buf.vector_size
+                assert vs
+                load, store = _lane_mask(ctx, vs, reg.buf.padded)
+                if loading:
+                    vt = ctx.vtype(Dtype.F32, vs)
+                    ctx.line(f"{name} = ({vt}){load.format(src=run.ref())};")
+                else:
+                    ctx.line(store.format(dst=run.ref(), vec=name))
+                continue
         for p, lane in members:
             o = ctx.amap.loc(other, p).ref()
             if loading:
@@ -450,7 +490,7 @@ def _vector_zero(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     vt = ctx.vtype(view.buf.dtype, vs)
     for j, members in _vector_groups(ctx, view):
         name = view.buf.vector_name(j)
-        if _is_full(view, members):
+        if _is_full(view, members) or _is_padded_row(view, members):
             ctx.line(f"{name} = ({vt}){{0}};")
         else:
             for _, lane in members:

@@ -88,6 +88,10 @@ class Buffer:
     layout: lay.Layout
     kind: str  # MEM | RF | VRF
     vector_size: int | None = None
+    #: VRF only, 0 unless padded: the valid lanes of each register (one row of a tensor
+    #: narrower than a register); the lanes past it are padding that whole-register
+    #: arithmetic may clobber and that loads and stores mask off.
+    padded: int = 0
 
     @property
     def terms(self) -> tuple[tuple[int, int, int, int, int], ...]:

@@ -38,13 +38,28 @@ class TensorSpec(NamedTuple):
             return self.volume
         return lay.cache_lines(self.layout, self.shape, self.dtype.size)
 
+    @property
+    def padded_axis(self) -> int | None:
+        """For a padded VRF tensor, the axis whose rows each fill part of one register."""
+        if self.vector_size is None:
+            return None
+        return padded_axis(self.shape, self.dtype, self.layout, self.vector_size)
+
+    @property
+    def registers(self) -> int:
+        """Vector registers a VRF tensor occupies (a padded row takes a whole register)."""
+        assert self.vector_size
+        axis = self.padded_axis
+        if axis is not None:
+            return self.volume // self.shape[axis]
+        return -(-self.volume // self.vector_size)
+
     def memory_units(self) -> int:
         """What this tensor charges against its level's limit (registers or lines)."""
         if self.level is Level.RF:
             return self.volume
         if self.level is Level.VRF:
-            assert self.vector_size
-            return -(-self.volume // self.vector_size)
+            return self.registers
         return self.cache_lines()
 
     def layout_name(self) -> str:
@@ -89,13 +104,40 @@ def make_tensor(
     canon = lay.canonicalize(layout, shape)
     if canon is None:
         return None
-    if vector_size is not None and not vector_fits(shape, canon, vector_size):
+    if vector_size is not None and not vector_fits(shape, canon, vector_size, dtype):
         return None
     return TensorSpec(shape, dtype, level, canon, vector_size)
 
 
-def vector_fits(shape: tuple[int, ...], layout: lay.Layout, vs: int) -> bool:
-    """A VRF tensor is whole registers, each inside one contiguous run of its layout."""
+#: Dtypes whose padded registers the code generator can load and store with lane masks
+#: (`vmaskmovps` on AVX/AVX2, `{k}` masks on AVX-512): 32-bit lanes.
+MASKED_DTYPES = frozenset({Dtype.F32})
+
+
+def padded_axis(shape: tuple[int, ...], dtype: Dtype, layout: lay.Layout, vs: int) -> int | None:
+    """The innermost axis of a VRF tensor whose rows are narrower than one register.
+
+    Such a tensor is *padded*: each row (all of the innermost axis, 1 < r < vs values) sits
+    in lanes 0..r-1 of its own register, and the code generator loads and stores it with
+    lane masks. This is what lets a remainder strip (e.g. the last 10 of 250 columns) use
+    one masked vector per row instead of narrower vectors plus scalar code.
+    """
+    if dtype not in MASKED_DTYPES or not layout.dims:
+        return None
+    last = layout.dims[-1]
+    if last.kind != lay.DYN or layout.contig < 1:
+        return None
+    r = shape[last.axis]
+    return last.axis if 1 < r < vs else None
+
+
+def vector_fits(
+    shape: tuple[int, ...], layout: lay.Layout, vs: int, dtype: Dtype | None = None
+) -> bool:
+    """A VRF tensor is whole registers, each inside one contiguous run of its layout (or,
+    for `MASKED_DTYPES`, padded rows narrower than a register: see `padded_axis`)."""
+    if dtype is not None and padded_axis(shape, dtype, layout, vs) is not None:
+        return True
     if math.prod(shape) % vs:
         return False
     phys = lay.expand(layout, shape)
@@ -114,6 +156,13 @@ def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     new_layout = lay.update_for_tiling(t.layout, t.shape, tile)
     if new_layout is None:
         return None
-    if t.vector_size is not None and not vector_fits(tile, new_layout, t.vector_size):
-        return None
+    if t.vector_size is not None:
+        parent_pad = t.padded_axis
+        tile_pad = padded_axis(tile, t.dtype, new_layout, t.vector_size)
+        if parent_pad is not None:
+            # Tiles of a padded tensor are whole padded rows (their lanes start at 0).
+            if tile_pad != parent_pad or tile[parent_pad] != t.shape[parent_pad]:
+                return None
+        elif tile_pad is not None or not vector_fits(tile, new_layout, t.vector_size):
+            return None  # a narrow piece of full registers is not a padded tensor
     return TensorSpec(tile, t.dtype, t.level, new_layout, t.vector_size)

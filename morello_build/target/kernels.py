@@ -52,8 +52,7 @@ def _vec(t: TensorSpec) -> bool:
 
 
 def _nvec(t: TensorSpec) -> int:
-    assert t.vector_size
-    return t.volume // t.vector_size
+    return t.registers
 
 
 # ---- Matmul (accumulating) -------------------------------------------------------------
@@ -307,9 +306,7 @@ def _vassign_applies(s: LogicalSpec, t: Target) -> bool:
 
 def _vassign_cost(s: LogicalSpec, t: Target) -> int:
     a, b = s.operands
-    vs = a.vector_size or b.vector_size
-    assert vs
-    return a.volume // vs
+    return (a if a.level is Level.VRF else b).registers
 
 
 def _vcast_applies(s: LogicalSpec, t: Target) -> bool:
