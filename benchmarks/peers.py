@@ -7,7 +7,9 @@
 Each row runs ``morello bench --json`` in a fresh process with a fresh, empty cache
 directory, so synthesis is cold and its time is reported; the kernel and its peers
 (OpenBLAS, MKL, MKL JIT, an -O3 loop nest) are then timed side by side in one C harness
-(medians of round-robin samples). Results are merged into ``--results`` (JSON) keyed by
+(medians of round-robin samples); for avx2 rows the peers are held to AVX2
+(`morello bench --peer-isa kernel`, the default), as on the machines such kernels are for.
+Results are merged into ``--results`` (JSON) keyed by
 (target, shape), so the table can be built piecewise; the table and the plot always show
 everything in that file.
 
@@ -397,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     print(", ".join(f"{k}: {v:.1f}" for k, v in sorted(stream.items())))
     print()
     print(table(results, peaks, stream))
+    limits = sorted(
+        {(k.split("/", 1)[0], str(v.get("peer_limit") or "")) for k, v in results.items()}
+    )
+    for target, limit in limits:
+        if limit:
+            print(f"\n{target} rows: peers held to the kernel's ISA: {limit}")
     plot(results, peaks, Path(args.png))
     print(f"\nplot: {args.png}", file=sys.stderr)
     return 0

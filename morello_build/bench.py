@@ -100,6 +100,24 @@ class ImplResult:
         }
 
 
+#: Peers held to a kernel's instruction set when it is older than the host's: a kernel built
+#: for AVX2 machines is compared with the BLAS those machines would run, not with this
+#: host's AVX-512 code paths. Environment for the peer libraries, flags for the naive loop.
+PEER_ISA_LIMITS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    "avx2": (
+        {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
+        ("-march=haswell",),
+    ),
+    "x86-64": (
+        {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "OPENBLAS_CORETYPE": "Nehalem"},
+        ("-march=x86-64",),
+    ),
+}
+
+#: `peer_isa` choices: "kernel" limits peers as above; "host" lets them use all of this host.
+PEER_ISAS = ("kernel", "host")
+
+
 @dataclass(frozen=True)
 class BenchReport:
     """All results of one benchmark run; `ratio` > 1 means morello beats the best peer."""
@@ -113,6 +131,7 @@ class BenchReport:
     results: tuple[ImplResult, ...]
     best_peer: str | None
     ratio: float | None  # best peer median seconds / morello median seconds
+    peer_limit: str = ""  # how the peers were held to the kernel's ISA ("" = host ISA)
 
     def result(self, name: str) -> ImplResult:
         for r in self.results:
@@ -131,6 +150,7 @@ class BenchReport:
             "results": [r.to_json() for r in self.results],
             "best_peer": self.best_peer,
             "ratio": self.ratio,
+            "peer_limit": self.peer_limit,
         }
 
     def format_table(self) -> str:
@@ -138,6 +158,7 @@ class BenchReport:
             f"spec: {self.spec}",
             f"kernel {self.kernel}, target {self.target}, {self.threads} thread(s), "
             f"{self.flops} flop/call, {self.compiler}",
+            f"peers: {self.peer_limit or 'all of this host'}",
             f"{'implementation':<16}{'GFLOP/s med':>12}{'GFLOP/s best':>13}{'us/call med':>13}"
             f"{'samples':>9}",
         ]
@@ -617,6 +638,7 @@ def _build(
     impls: Sequence[_Impl],
     libs: Sequence[PeerLib],
     thread_setup: str,
+    naive_flags: Sequence[str] = ("-march=native",),
 ) -> Path:
     abi = kernel.abi
     files = dict(kernel_files(kernel))
@@ -634,7 +656,7 @@ def _build(
         compile_object(cc, workdir / f"{abi.name}.c", flags=kflags),
         compile_object(cc, workdir / "morello_bench_call.c", flags=["-O2", "-std=gnu99"]),
         compile_object(
-            cc, workdir / "morello_bench_naive.c", flags=["-O3", "-march=native", "-std=gnu99"]
+            cc, workdir / "morello_bench_naive.c", flags=["-O3", *naive_flags, "-std=gnu99"]
         ),
         compile_object(cc, workdir / "morello_bench_harness.c", flags=["-O2", "-std=gnu99"]),
     ]
@@ -675,13 +697,18 @@ def bench_kernel(
     min_time: float = 0.5,
     compiler: str | None = None,
     seed: int = 0,
+    peer_isa: str = "kernel",
 ) -> BenchReport:
     """Benchmark `kernel` against `peers` (default: all of `ALL_PEERS`).
 
     `min_time` is the minimum total timed seconds per implementation (at least
     `MIN_SAMPLES` samples of ~`SAMPLE_SECONDS` each). Peers that are missing, cannot express
     the kernel, or compute a wrong result are reported as skipped with the reason.
+    `peer_isa="kernel"` holds the peers to the kernel's ISA (`PEER_ISA_LIMITS`); "host"
+    lets them use everything this machine has.
     """
+    if peer_isa not in PEER_ISAS:
+        raise ValueError(f"peer_isa must be one of {PEER_ISAS}, got {peer_isa!r}")
     abi = kernel.abi
     if threads < 1:
         raise ValueError("threads must be >= 1")
@@ -708,9 +735,17 @@ def bench_kernel(
             OPENBLAS_THREAD_TIMEOUT="4",
         )
 
+    naive_flags: tuple[str, ...] = ("-march=native",)
+    peer_limit = ""
+    if peer_isa == "kernel" and abi.isa in PEER_ISA_LIMITS:
+        limit_env, naive_flags = PEER_ISA_LIMITS[abi.isa]
+        env.update(limit_env)
+        peer_limit = " ".join(f"{k}={v}" for k, v in limit_env.items())
+        peer_limit += f", naive {' '.join(naive_flags)}"
+
     with tempfile.TemporaryDirectory(prefix="morello-bench-") as tmp:
         workdir = Path(tmp)
-        exe = _build(cc, workdir, kernel, impls, libs, thread_setup)
+        exe = _build(cc, workdir, kernel, impls, libs, thread_setup, naive_flags)
         logical, out = _write_inputs(abi, workdir, seed)
         expected = reference_output(abi, logical)
 
@@ -778,4 +813,5 @@ def bench_kernel(
         results=tuple(results),
         best_peer=best.name if best else None,
         ratio=ratio,
+        peer_limit=peer_limit,
     )

@@ -198,7 +198,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec_text = spec_from_args(args)
     res = _synth_kernel(args, spec_text)
     peers = args.peers.split(",") if args.peers else None
-    report = bench_kernel(res.kernel, peers=peers, threads=args.threads, min_time=args.min_time)
+    report = bench_kernel(
+        res.kernel,
+        peers=peers,
+        threads=args.threads,
+        min_time=args.min_time,
+        peer_isa=args.peer_isa,
+    )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -276,6 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.5,
         help="seconds of timing per implementation [default: 0.5]",
+    )
+    b.add_argument(
+        "--peer-isa",
+        choices=("kernel", "host"),
+        default="kernel",
+        help="kernel: hold the peers to the kernel's instruction set when it is older than this"
+        " host's (an avx2 kernel meets MKL with MKL_ENABLE_INSTRUCTIONS=AVX2, OpenBLAS with"
+        " OPENBLAS_CORETYPE=Haswell, a -march=haswell loop nest); host: let them use"
+        " everything this machine has [default: kernel]",
     )
     b.set_defaults(func=cmd_bench)
 

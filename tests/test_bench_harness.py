@@ -114,3 +114,27 @@ def test_isa_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_mod, "host_supports", lambda isa: False)
     with pytest.raises(IsaUnavailable):
         bench_kernel(zero_kernel("b_isa"), min_time=FAST)
+
+
+def test_peers_are_held_to_an_older_kernel_isa() -> None:
+    """An avx2 kernel meets AVX2 peers (MKL_ENABLE_INSTRUCTIONS, OPENBLAS_CORETYPE, a
+    -march=haswell loop nest) unless asked otherwise; the peers still pass the numpy check."""
+    k = matmul_kernel("bavx2", 1, 32, 32, 32)
+    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="avx2"))
+    try:
+        held = bench_kernel(k, peers=["naive", "mkl", "openblas"], min_time=FAST)
+    except IsaUnavailable:
+        pytest.skip("host lacks AVX2")
+    assert "MKL_ENABLE_INSTRUCTIONS=AVX2" in held.peer_limit
+    assert "OPENBLAS_CORETYPE=Haswell" in held.peer_limit
+    assert "-march=haswell" in held.peer_limit
+    assert held.to_json()["peer_limit"] == held.peer_limit
+    assert "MKL_ENABLE_INSTRUCTIONS=AVX2" in held.format_table()
+    assert held.result("naive").skipped is None
+    for name, lib in (("mkl", find_mkl()), ("openblas", find_openblas())):
+        if lib.available:
+            assert held.result(name).skipped is None, held.result(name).skipped
+    host = bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="host")
+    assert host.peer_limit == ""
+    with pytest.raises(ValueError, match="peer_isa"):
+        bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="avx512")
