@@ -36,7 +36,7 @@ from morello_build.imp.nodes import Impl
 from morello_build.ir.limits import ZERO, Limits, subtract
 from morello_build.ir.spec import LogicalSpec, intern
 from morello_build.ir.text import parse_spec
-from morello_build.search.dp import Search, _run_deep
+from morello_build.search.dp import Search, run_deep
 from morello_build.search.memo import Solution
 from morello_build.target.isa import ISA_FLAGS
 from morello_build.target.x86 import get_target
@@ -250,7 +250,7 @@ def study(shape: str, isa: str, n: int, min_time: float) -> None:
                     found.append((impl.cost.main, f"{where}: {action.describe()}", impl))
         return found
 
-    found = _run_deep(collect)
+    found = run_deep(collect)
     assert isinstance(found, list)
     programs: dict[str, tuple[int, str, Impl]] = {}
     for cost, label, impl in sorted(found, key=lambda x: x[0]):

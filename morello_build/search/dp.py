@@ -67,7 +67,7 @@ class Search:
 
     def solve(self, spec: Spec) -> Result:
         ls = intern(spec.logical)
-        hit = _run_deep(lambda: self._solve(ls, spec.limits))
+        hit = run_deep(lambda: self._solve(ls, spec.limits))
         assert isinstance(hit, Hit)
         return hit.result
 
@@ -138,7 +138,7 @@ class Search:
         if result is None:
             return None
         ls = intern(spec.logical)
-        impl = _run_deep(lambda: self._rebuild(ls, spec.limits))
+        impl = run_deep(lambda: self._rebuild(ls, spec.limits))
         assert impl is not None
         return impl  # type: ignore[return-value]
 
@@ -154,8 +154,9 @@ class Search:
         return replace(node, cost=r.cost)
 
 
-def _run_deep(fn: Callable[[], object]) -> object:
-    """Run `fn` in a thread with a big stack and a high recursion limit."""
+def run_deep(fn: Callable[[], object]) -> object:
+    """Run `fn` in a thread with a big stack and a high recursion limit (the DP and its
+    reconstruction recurse once per rewrite level; tools walking Impl trees may too)."""
     box: dict[str, object] = {}
 
     def runner() -> None:
