@@ -326,13 +326,23 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         accs = [f"acc{u}_{i}" for i in range(count)]
         ctx.line(f"{vf} {', '.join(accs)};")
         npair = count // 2 if pairs else 0
+
+        def shuffle_pairs(first: str, second: str, declare: str) -> None:
+            """(a0, a1) <- (perm(a0, a1; first), perm(a0, a1; second)) for each pair."""
+            for p in range(npair):
+                a0, a1 = accs[2 * p], accs[2 * p + 1]
+                t = f"t{u}_{p}"
+                ctx.line(f"{declare}{t} = {a0};")
+                ctx.line(
+                    f"{a0} = ({vf})_mm512_permutex2var_ps((__m512){a0}, {first}, (__m512){a1});"
+                )
+                ctx.line(
+                    f"{a1} = ({vf})_mm512_permutex2var_ps((__m512){t}, {second}, (__m512){a1});"
+                )
+
         for i, acc in enumerate(accs):
             ctx.line(f"memcpy(&{acc}, c{u} + {at(i)}, sizeof {acc});")
-        for p in range(npair):
-            a0, a1 = accs[2 * p], accs[2 * p + 1]
-            ctx.line(f"{vf} t{u}_{p} = {a0};")
-            ctx.line(f"{a0} = ({vf})_mm512_permutex2var_ps((__m512){a0}, ev{u}, (__m512){a1});")
-            ctx.line(f"{a1} = ({vf})_mm512_permutex2var_ps((__m512)t{u}_{p}, od{u}, (__m512){a1});")
+        shuffle_pairs(f"ev{u}", f"od{u}", f"{vf} ")
         if npair:
             ctx.line(f"{wide} w{u};")
         if count > 2 * npair:
@@ -348,11 +358,7 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
                 ctx.line(f"memcpy(&x{u}, b{u}_{r} + {at(i)}, sizeof x{u});")
                 val = _widen(ctx, f"x{u}", lanes) if bf16 else f"x{u}"
                 ctx.line(f"{acc} = {acc} + s{u}_{r} * {val};")
-        for p in range(npair):
-            a0, a1 = accs[2 * p], accs[2 * p + 1]
-            ctx.line(f"t{u}_{p} = {a0};")
-            ctx.line(f"{a0} = ({vf})_mm512_permutex2var_ps((__m512){a0}, lo{u}, (__m512){a1});")
-            ctx.line(f"{a1} = ({vf})_mm512_permutex2var_ps((__m512)t{u}_{p}, hi{u}, (__m512){a1});")
+        shuffle_pairs(f"lo{u}", f"hi{u}", "")
         for i, acc in enumerate(accs):
             ctx.line(f"memcpy(c{u} + {at(i)}, &{acc}, sizeof {acc});")
 
@@ -398,35 +404,33 @@ def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None
     )
     for j, members in _vector_groups(ctx, reg):
         name = reg.buf.vector_name(j)
-        if _is_full(reg, members):
+        full = _is_full(reg, members)
+        if full:
             other_vec = _same_vector(ctx, other, members)
             if other_vec is not None:
                 ctx.line(f"{name} = {other_vec};" if loading else f"{other_vec} = {name};")
                 continue
+        run = None
+        if full or _is_padded_row(reg, members):  # padded rows are f32: MASKED_DTYPES
             run = _contiguous_run(ctx, other, members)
             if run is None and same_order:
                 run = next(ctx.amap.loc(other, p) for p, lane in members if lane == 0)
-            if run is not None:
-                ctx.includes.add("string.h")
-                if loading:
-                    ctx.line(f"memcpy(&{name}, &{run.ref()}, sizeof {name});")
-                else:
-                    ctx.line(f"memcpy(&{run.ref()}, &{name}, sizeof {name});")
-                continue
-        elif _is_padded_row(reg, members) and reg.buf.dtype == Dtype.F32:
-            run = _contiguous_run(ctx, other, members)
-            if run is None and same_order:
-                run = next(ctx.amap.loc(other, p) for p, lane in members if lane == 0)
-            if run is not None:
-                vs = reg.buf.vector_size
-                assert vs
-                load, store = _lane_mask(ctx, vs, reg.buf.padded)
-                if loading:
-                    vt = ctx.vtype(Dtype.F32, vs)
-                    ctx.line(f"{name} = ({vt}){load.format(src=run.ref())};")
-                else:
-                    ctx.line(store.format(dst=run.ref(), vec=name))
-                continue
+        if run is not None and full:
+            ctx.includes.add("string.h")
+            if loading:
+                ctx.line(f"memcpy(&{name}, &{run.ref()}, sizeof {name});")
+            else:
+                ctx.line(f"memcpy(&{run.ref()}, &{name}, sizeof {name});")
+            continue
+        if run is not None:
+            vs = reg.buf.vector_size
+            assert vs
+            load, store = _lane_mask(ctx, vs, reg.buf.padded)
+            if loading:
+                ctx.line(f"{name} = ({ctx.vtype(Dtype.F32, vs)}){load.format(src=run.ref())};")
+            else:
+                ctx.line(store.format(dst=run.ref(), vec=name))
+            continue
         for p, lane in members:
             o = ctx.amap.loc(other, p).ref()
             if loading:
