@@ -60,7 +60,7 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
         default="native",
-        help="native (this host's best), avx512, avx2 or x86-64 (scalar) [default: native]",
+        help="native (this host's best), amx, avx512, avx2 or x86-64 (scalar) [default: native]",
     )
     p.add_argument(
         "--dtype",

@@ -179,7 +179,7 @@ CASES: list[tuple[str, str, str]] = [
     (
         "bad_target",
         '[tool.morello]\ntarget = "sse4"\n[[tool.morello.kernel]]\nname = "k"\nshape = [1, 2, 3]\n',
-        'pyproject.toml: [tool.morello]: target: expected one of "native", "avx512", "avx2", "x86-64" '
+        'pyproject.toml: [tool.morello]: target: expected one of "native", "amx", "avx512", "avx2", "x86-64" '
         'or a list of them, got "sse4"',
     ),
     (

@@ -11,7 +11,8 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
   inputs, or becomes zero + accumulate (so an output tile can be zeroed in registers
   below cache views hoisted above it);
 - no VRF moves of a Matmul lhs (kernels read it as scalars or contiguous L1 rows);
-- relayouts: B (rhs) into N-panels, and strided input tiles into dense L1 copies;
+- relayouts: B (rhs) into N-panels, and strided input tiles into dense L1 copies; on the
+  amx target also bf16 B into k-pairs `[1,2,1p2]` (the AMX tile kernel's B layout);
 - no relayout or widening copies into GL/L1 of a Matmul rhs used only once in the Spec
   (m == 1): the copy is a whole extra pass over B (this is what keeps matrix-vector
   synthesis with long N fast: 1x2048x16384 bf16 went from ~250k Specs to ~8k);
@@ -34,7 +35,7 @@ from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
 from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
-from morello_build.target.kernels import kernels_for
+from morello_build.target.kernels import AMX_K_STEP, AMX_TILE, amx_pairs_layout, kernels_for
 from morello_build.target.x86 import Target
 
 ActionPlans = tuple[tuple[Action, Plan], ...]
@@ -171,6 +172,15 @@ def _relayouts(
         for p in sorted({lanes, 2 * lanes}):
             if 1 < p < shape[2] and shape[2] % p == 0 and shape[1] > 1:
                 out.append(lay.packed((0, 2, 1), 2, p, shape))
+        if (
+            target.isa == "amx"
+            and t.dtype == Dtype.BF16
+            and shape[1] % AMX_K_STEP == 0
+            and shape[2] % AMX_TILE == 0
+        ):
+            pairs = amx_pairs_layout(shape)  # k-pairs interleaved, for the AMX tile kernel
+            if pairs is not None:
+                out.append(pairs)
     return [x for x in dict.fromkeys(out) if x != t.layout]
 
 

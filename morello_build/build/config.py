@@ -24,7 +24,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 #: ISA names a declaration may use; "native" is resolved on the building machine.
-TARGETS: tuple[str, ...] = ("native", "avx512", "avx2", "x86-64")
+TARGETS: tuple[str, ...] = ("native", "amx", "avx512", "avx2", "x86-64")
 #: Element types of a matmul's inputs; the output is always f32.
 DTYPES: tuple[str, ...] = ("f32", "bf16")
 LAYOUTS: tuple[str, ...] = ("row", "col")

@@ -64,6 +64,9 @@ def dispatcher_source(name: str, variants: Sequence[tuple[str, KernelABI]]) -> s
         f'#include "{name}.h"',
     ]
     lines += [f'#include "{abi.name}.h"' for _, abi in variants]
+    helpers = isa_mod.runtime_helpers_source(i for i, _ in variants)
+    if helpers:
+        lines += ["", helpers.rstrip("\n")]
     lines += [
         "",
         f"typedef void (*{typedef})({_params(first)});",
@@ -76,11 +79,10 @@ def dispatcher_source(name: str, variants: Sequence[tuple[str, KernelABI]]) -> s
     ]
     fallback = None
     for isa, abi in variants:
-        feats = isa_mod.CPU_SUPPORTS[isa]
-        if not feats:
+        if not isa_mod.CPU_SUPPORTS[isa] and isa not in isa_mod.RUNTIME_HELPERS:
             fallback = abi.name
             break
-        cond = " && ".join(f'__builtin_cpu_supports("{f}")' for f in feats)
+        cond = isa_mod.runtime_condition(isa)
         lines += [f"    if ({cond})", f"        return {abi.name};"]
     if fallback is not None:
         lines += [f"    return {fallback};", "}"]

@@ -533,7 +533,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
     p.add_argument(
         "--target",
-        help="ISA override for every kernel: native, avx512, avx2, x86-64 or a comma list",
+        help="ISA override for every kernel: native, amx, avx512, avx2, x86-64 or a comma list",
     )
     v = p.add_mutually_exclusive_group()
     v.add_argument(

@@ -81,6 +81,9 @@ def module_source(module: str, kernels: Sequence[ModuleKernel]) -> str:
         "",
         _RUNTIME,
     ]
+    helpers = isa_mod.runtime_helpers_source(mk.isas[0] for mk in kernels if len(mk.isas) == 1)
+    if helpers:
+        out.append(helpers)
     methods: list[str] = []
     for mk in kernels:
         out.append(_kernel_block(mk))
@@ -151,9 +154,9 @@ def _info_value(kernels: Sequence[ModuleKernel]) -> tuple[str, str]:
 
 def _cpu_check(mk: ModuleKernel) -> str:
     # Multi-ISA kernels dispatch at runtime; a single-ISA kernel needs its ISA on this CPU.
-    if len(mk.isas) != 1 or not isa_mod.CPU_SUPPORTS[mk.isas[0]]:
+    if len(mk.isas) != 1:
         return "1"
-    return " && ".join(f'__builtin_cpu_supports("{f}")' for f in isa_mod.CPU_SUPPORTS[mk.isas[0]])
+    return isa_mod.runtime_condition(mk.isas[0])
 
 
 def _doc(mk: ModuleKernel) -> str:

@@ -36,7 +36,7 @@ string(REGEX REPLACE "^__version__ *= *[\"']([^\"']*)[\"'].*" "\\1" MorelloBuild
 unset(_morello_v)
 
 set(MORELLO_TARGET_ISA "" CACHE STRING
-    "ISAs for morello kernels without TARGET_ISA (native, avx512, avx2, x86-64; a list builds all with runtime dispatch). Empty: the declarations decide.")
+    "ISAs for morello kernels without TARGET_ISA (native, amx, avx512, avx2, x86-64; a list builds all with runtime dispatch). Empty: the declarations decide.")
 if(NOT DEFINED MORELLO_CACHE_DIR)
   set(MORELLO_CACHE_DIR "$ENV{MORELLO_CACHE_DIR}" CACHE PATH
       "Synthesis cache of morello-build (empty: its default user cache directory)")

@@ -11,9 +11,10 @@ from __future__ import annotations
 from morello_build.codegen.abi import C_TYPES
 from morello_build.codegen.views import RF, VRF, AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
+from morello_build.target.isa import AMX_PERMISSION_ASM
 
 #: f32 lanes of the widest vector register per ISA (1: scalar target, no vector types).
-F32_LANES: dict[str, int] = {"x86-64": 1, "avx2": 8, "avx512": 16}
+F32_LANES: dict[str, int] = {"x86-64": 1, "avx2": 8, "avx512": 16, "amx": 16}
 
 #: Short dtype tags for vector typedef names (``vf32x16``, ``vu16x16``, ``vu32x16``).
 _TAGS: dict[Dtype, str] = {
@@ -38,6 +39,35 @@ HELPERS: dict[str, str] = {
         "    return value;\n"
         "}\n"
     ),
+    "amx": (
+        "/* Linux keeps AMX tile data disabled until the process asks for it, once:\n"
+        " * arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). The flag only caches that\n"
+        " * process-wide, idempotent answer (racing first calls make the same request). */\n"
+        "static void mb_amx_enable(void) {\n"
+        "    static int granted;\n"
+        "    long ret;\n"
+        "    if (__atomic_load_n(&granted, __ATOMIC_RELAXED))\n"
+        "        return;\n"
+        f"    {AMX_PERMISSION_ASM}\n"
+        "    if (ret != 0)\n"
+        "        abort(); /* no AMX for this process (kernel too old or AMX disabled) */\n"
+        "    __atomic_store_n(&granted, 1, __ATOMIC_RELAXED);\n"
+        "}\n"
+        "\n"
+        "/* Tile configuration: palette 1, tiles 0-7 all 16 rows x 64 bytes (a 16x16 f32 C\n"
+        " * tile, a 16x32 bf16 A tile, 16 k-pairs x 16 columns of packed B). Read-only. */\n"
+        "static const unsigned char mb_amx_cfg[64] __attribute__((aligned(64))) = {\n"
+        "    [0] = 1,\n"
+        "    [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64, [30] = 64,\n"
+        "    [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16, [55] = 16,\n"
+        "};\n"
+    ),
+}
+
+#: Per-thread state a kernel needs set up before it runs and torn down after:
+#: name -> (helpers, setup lines, teardown lines). Requested with `Ctx.require_setup`.
+SETUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "amx": (("amx",), ("mb_amx_enable();", "_tile_loadconfig(mb_amx_cfg);"), ("_tile_release();",)),
 }
 
 
@@ -57,6 +87,10 @@ class Ctx:
         self.amap = AddressMap()
         self.workspace_bytes = 0
         self._counter = 0
+        #: Setups (`SETUPS` names) the function prologue runs, in request order.
+        self.setups: list[str] = []
+        #: One set per enclosing parallel loop: setups its body must run per thread.
+        self.parallel_setups: list[list[str]] = []
 
     # -- output ----------------------------------------------------------------------------
 
@@ -76,6 +110,28 @@ class Ctx:
         n = self._counter
         self._counter += 1
         return n
+
+    def require_setup(self, name: str) -> None:
+        """Run setup `name` (e.g. AMX permission + tile config) before this code.
+
+        Serial code gets it once in the function prologue (teardown at the end). Inside a
+        parallel loop the state is per thread, so the innermost parallel loop body runs it.
+        """
+        helpers, _, _ = SETUPS[name]
+        for h in helpers:
+            self.use_helper(h)
+        self.includes.add("immintrin.h")
+        self.includes.add("stdlib.h")
+        target = self.parallel_setups[-1] if self.parallel_setups else self.setups
+        if name not in target:
+            target.append(name)
+
+    @staticmethod
+    def setup_lines(names: list[str]) -> tuple[list[str], list[str]]:
+        """(setup, teardown) statements of these setups (teardown in reverse order)."""
+        pro = [line for n in names for line in SETUPS[n][1]]
+        epi = [line for n in reversed(names) for line in SETUPS[n][2]]
+        return pro, epi
 
     # -- types -----------------------------------------------------------------------------
 

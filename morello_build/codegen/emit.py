@@ -144,10 +144,19 @@ class _Emitter:
             ctx.amap.extent[var[d]] = steps[d]
             i = var[d]
             ctx.open(f"for (int i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
+        threaded = node.parallel and bool(real)
+        if threaded:  # per-thread setups (AMX tile config) go at the top of the body
+            ctx.parallel_setups.append([])
+            body_start, body_depth = len(ctx.lines), ctx.depth
         unrolled_vars = [d for d in unroll if d in var]
         for values in itertools.product(*(range(steps[d]) for d in unrolled_vars)):
             binding = {var[d]: x for d, x in zip(unrolled_vars, values)}
             self.node(main, tuple(v.bind(binding) for v in body_views))
+        if threaded:
+            pro, epi = ctx.setup_lines(ctx.parallel_setups.pop())
+            ctx.lines[body_start:body_start] = ["    " * body_depth + x for x in pro]
+            for x in epi:
+                ctx.line(x)
         for _ in real:
             ctx.close()
         for child, offsets in zip(node.children[1:], node.boundary_offsets):
@@ -317,6 +326,9 @@ def generate_c(
     for h in sorted(ctx.helpers):
         out.append(HELPERS[h])
     out.append(abi.prototype() + " {")
+    pro, epi = ctx.setup_lines(ctx.setups)
+    out += ["    " + x for x in pro]
     out += ctx.lines
+    out += ["    " + x for x in epi]
     out += ["}", ""]
     return GeneratedKernel(abi, "\n".join(out), _header(abi, spec), spec.text())

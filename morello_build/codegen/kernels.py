@@ -15,7 +15,7 @@ from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import MEM, VRF, CodegenError, Loc, View, coords
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.spec import LogicalSpec
-from morello_build.target.kernels import STREAM_ACCUMULATORS
+from morello_build.target.kernels import AMX_K_STEP, AMX_TILE, STREAM_ACCUMULATORS
 
 Emitter = Callable[[Ctx, LogicalSpec, tuple[View, ...]], None]
 
@@ -303,7 +303,7 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     # the even- and odd-indexed values as f32 (2 ops per 32 values instead of 2 widening
     # loads and 2 shifts). Accumulators then hold even/odd lanes, so the output pair is
     # deinterleaved after loading and re-interleaved before storing (once per call).
-    pairs = bf16 and ctx.isa == "avx512"
+    pairs = bf16 and ctx.isa in ("avx512", "amx")
     if pairs:
         ctx.includes.add("immintrin.h")
         wide = ctx.vtype(Dtype.U32, lanes)
@@ -380,7 +380,187 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     ctx.close()
 
 
+# --------------------------------------------------------------------------- AMX
+
+
+def _offset_from(ctx: Ctx, view: View, base: Loc, coord: tuple[int, ...]) -> int | None:
+    """Element offset of `coord` from `base` when it is a compile-time constant."""
+    loc = ctx.amap.loc(view, coord)
+    if loc.addr is None or base.addr is None or not loc.addr.same_base(base.addr):
+        return None
+    return loc.addr.affine.const - base.addr.affine.const
+
+
+def _strided_rows(
+    ctx: Ctx,
+    view: View,
+    coord: Callable[[int, int], tuple[int, ...]],
+    rows: int,
+    cols: list[int],
+    offset: Callable[[int, int, int], int],
+    what: str,
+) -> tuple[Loc, int]:
+    """(location of row 0 col 0, row stride) when element (r, j) of `view` (at `coord(r, j)`)
+    sits at `offset(r, j, stride)` from it for every row and the sampled columns. Raises
+    CodegenError otherwise (the tile instructions need one stride and contiguous rows)."""
+    if view.buf.kind != MEM:
+        raise CodegenError(f"{what}: not in memory")
+    base = ctx.amap.loc(view, coord(0, 0))
+    stride = _offset_from(ctx, view, base, coord(1, 0)) if rows > 1 else 0
+    if stride is None or stride < 0:
+        raise CodegenError(f"{what}: rows are not a constant stride apart")
+    for r in range(rows):
+        for j in cols:
+            if _offset_from(ctx, view, base, coord(r, j)) != offset(r, j, stride):
+                raise CodegenError(f"{what}: element ({r}, {j}) breaks the row pattern")
+    return base, stride
+
+
+def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """c += a @ b on AMX tiles (`AmxTileMatmulBf16F32`; layouts in `target.kernels`).
+
+    C tiles 0-3 (tile (i, j) is register i * N/16 + j), A tiles 4-5, B tiles 6-7, all
+    16 rows x 64 bytes as `mb_amx_cfg` configures them (the function prologue, or each
+    thread's parallel-loop body, sets that up). gcc 12's `_tile_loadd` is an asm with no
+    memory input, so a compiler barrier naming the three pointers first makes every
+    earlier store (packing B, zeroing C) visible to the tile loads.
+    """
+    a, b, c = views
+    _, m, kk, n = spec.shape
+    t = AMX_TILE
+    if m % t or n % t or kk % AMX_K_STEP or (m // t) * (n // t) > 4 or m > 2 * t or n > 2 * t:
+        raise CodegenError(f"AmxTileMatmulBf16F32 does not apply to {spec.text()}")
+    mt, nt, ks = m // t, n // t, kk // AMX_K_STEP
+    kcols = sorted({0, 1, AMX_K_STEP - 1, kk // 2, kk - AMX_K_STEP, kk - 1})
+    ncols = sorted({0, 1, t - 1, t, n - 1} & set(range(n)))
+    a0, sa = _strided_rows(
+        ctx, a, lambda r, k: (0, r, k), m, kcols, lambda r, k, st: r * st + k, "AMX lhs"
+    )
+    # B in k-pairs: element (k, j) at (k // 2) * stride + 2 * j + k % 2.
+    b0, sb = _strided_rows(
+        ctx,
+        b,
+        lambda p, j: (0, 2 * p + j % 2, j // 2),
+        kk // 2,
+        sorted({2 * x + e for x in ncols for e in (0, 1)}),
+        lambda p, j, st: p * st + j,
+        "AMX rhs (k-pair layout)",
+    )
+    c0, sc = _strided_rows(
+        ctx, c, lambda r, j: (0, r, j), m, ncols, lambda r, j, st: r * st + j, "AMX out"
+    )
+    for buf, want in ((a.buf, Dtype.BF16), (b.buf, Dtype.BF16), (c.buf, Dtype.F32)):
+        if buf.dtype != want:
+            raise CodegenError(f"AMX tile matmul: {buf.name} is {buf.dtype}, not {want}")
+    ctx.require_setup("amx")
+    u = ctx.fresh()
+    pa, pb, pc = f"pa{u}", f"pb{u}", f"pc{u}"
+    ctx.open("{")
+    ctx.line(f"const uint16_t *{pa} = &{a0.ref()};")
+    ctx.line(f"const uint16_t *{pb} = &{b0.ref()};")
+    ctx.line(f"float *{pc} = &{c0.ref()};")
+    ctx.line(f'__asm__ __volatile__("" : : "r"({pa}), "r"({pb}), "r"({pc}) : "memory");')
+
+    def plus(ptr: str, off: str | int) -> str:
+        return ptr if off in (0, "0") else f"{ptr} + {off}"
+
+    ctiles = [(i, j, i * nt + j) for i in range(mt) for j in range(nt)]
+    for i, j, reg in ctiles:
+        ctx.line(f"_tile_loadd({reg}, {plus(pc, i * t * sc + j * t)}, {4 * sc});")
+    k = f"k{u}"
+    if ks > 1:
+        ctx.open(f"for (int {k} = 0; {k} < {ks}; {k}++) {{")
+        a_k, b_k = f"{k} * {AMX_K_STEP}", f"{k} * {(AMX_K_STEP // 2) * sb}"
+    else:
+        a_k = b_k = ""
+    for i in range(mt):
+        off = " + ".join(x for x in (a_k, str(i * t * sa) if i else "") if x) or 0
+        ctx.line(f"_tile_loadd({4 + i}, {plus(pa, off)}, {2 * sa});")
+    for j in range(nt):
+        off = " + ".join(x for x in (b_k, str(2 * t * j) if j else "") if x) or 0
+        ctx.line(f"_tile_loadd({6 + j}, {plus(pb, off)}, {2 * sb});")
+    for i, j, reg in ctiles:
+        ctx.line(f"_tile_dpbf16ps({reg}, {4 + i}, {6 + j});")
+    if ks > 1:
+        ctx.close()
+    for i, j, reg in ctiles:
+        ctx.line(f"_tile_stored({reg}, {plus(pc, i * t * sc + j * t)}, {4 * sc});")
+    ctx.close()
+
+
 # --------------------------------------------------------------------------- move
+
+
+def _pack_bf16_pairs(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """dst[k/2][n][2] = src[k][n]: interleave each pair of bf16 rows (`PackBf16Pairs`).
+
+    Per 32 columns: two 64-byte loads, unpacklo/hi_epi16 (pairs in 128-bit lane order),
+    two permutex2var_epi64 back into column order, two 64-byte stores; a 16-column rest
+    does the same with 256-bit registers.
+    """
+    src, dst = views
+    _, kk, n = spec.shape
+    if kk % 2 or n % 16:
+        raise CodegenError(f"PackBf16Pairs does not apply to {spec.text()}")
+    cols = sorted({0, 1, n // 2, n - 1})
+    s0, ss = _strided_rows(
+        ctx, src, lambda r, j: (0, r, j), kk, cols, lambda r, j, st: r * st + j, "pack source"
+    )
+    d0, sd = _strided_rows(
+        ctx,
+        dst,
+        lambda p, j: (0, 2 * p + j % 2, j // 2),
+        kk // 2,
+        sorted({2 * x + e for x in cols for e in (0, 1)}),
+        lambda p, j, st: p * st + j,
+        "pack destination (k-pair layout)",
+    )
+    ctx.includes.add("immintrin.h")
+    u = ctx.fresh()
+    p = f"p{u}"
+    ctx.open("{")
+    ctx.line(f"const uint16_t *s{u} = &{s0.ref()};")
+    ctx.line(f"uint16_t *d{u} = &{d0.ref()};")
+    wide = n // 32 * 32
+    if wide:
+        ctx.line(f"const __m512i lo{u} = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);")
+        ctx.line(f"const __m512i hi{u} = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);")
+    ctx.open(f"for (int {p} = 0; {p} < {kk // 2}; {p}++) {{")
+    ctx.line(f"const uint16_t *r0_{u} = s{u} + {p} * {2 * ss};")
+    ctx.line(f"const uint16_t *r1_{u} = r0_{u} + {ss};")
+    ctx.line(f"uint16_t *o{u} = d{u} + {p} * {sd};")
+    if wide:
+        j = f"j{u}"
+        ctx.open(f"for (int {j} = 0; {j} < {wide}; {j} += 32) {{")
+        ctx.line(f"__m512i x{u} = _mm512_loadu_si512(r0_{u} + {j});")
+        ctx.line(f"__m512i y{u} = _mm512_loadu_si512(r1_{u} + {j});")
+        ctx.line(f"__m512i l{u} = _mm512_unpacklo_epi16(x{u}, y{u});")
+        ctx.line(f"__m512i h{u} = _mm512_unpackhi_epi16(x{u}, y{u});")
+        ctx.line(
+            f"_mm512_storeu_si512(o{u} + 2 * {j}, _mm512_permutex2var_epi64(l{u}, lo{u}, h{u}));"
+        )
+        ctx.line(
+            f"_mm512_storeu_si512(o{u} + 2 * {j} + 32, "
+            f"_mm512_permutex2var_epi64(l{u}, hi{u}, h{u}));"
+        )
+        ctx.close()
+    if n % 32:
+        ctx.open("{")
+        ctx.line(f"__m256i x{u} = _mm256_loadu_si256((const __m256i *)(r0_{u} + {wide}));")
+        ctx.line(f"__m256i y{u} = _mm256_loadu_si256((const __m256i *)(r1_{u} + {wide}));")
+        ctx.line(f"__m256i l{u} = _mm256_unpacklo_epi16(x{u}, y{u});")
+        ctx.line(f"__m256i h{u} = _mm256_unpackhi_epi16(x{u}, y{u});")
+        ctx.line(
+            f"_mm256_storeu_si256((__m256i *)(o{u} + {2 * wide}), "
+            f"_mm256_permute2x128_si256(l{u}, h{u}, 0x20));"
+        )
+        ctx.line(
+            f"_mm256_storeu_si256((__m256i *)(o{u} + {2 * wide + 16}), "
+            f"_mm256_permute2x128_si256(l{u}, h{u}, 0x31));"
+        )
+        ctx.close()
+    ctx.close()
+    ctx.close()
 
 
 def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
@@ -510,10 +690,12 @@ EMITTERS: dict[str, Emitter] = {
     "DotProductLoopVdpbf16ps": lambda ctx, s, v: _dot_product(ctx, s, v, "vdpbf16ps"),
     "VecMatRowsF32": _vec_mat_rows,
     "VecMatRowsBf16F32": _vec_mat_rows,
+    "AmxTileMatmulBf16F32": _amx_tile_matmul,
     "Assign": _generic_move,
     "CastBf16F32": _generic_move,
     "VectorAssign": _vector_assign,
     "VectorCastBf16F32": _vector_cast,
+    "PackBf16Pairs": _pack_bf16_pairs,
     "MemsetZero": _memset_zero,
     "ValueZero": _generic_zero,
     "VectorZero": _vector_zero,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Iterable
 from pathlib import Path
 
-#: ISA names users may write, best first.
-ISAS: tuple[str, ...] = ("avx512", "avx2", "x86-64")
+#: ISA names users may write, best first. Each includes everything after it except
+#: x86-64 <- avx2 <- avx512 <- amx (AMX = AVX-512 plus the tile unit).
+ISAS: tuple[str, ...] = ("amx", "avx512", "avx2", "x86-64")
 
 #: gcc/clang flags that enable each ISA (on top of -O3 etc.).
 ISA_FLAGS: dict[str, tuple[str, ...]] = {
@@ -27,6 +29,7 @@ ISA_FLAGS: dict[str, tuple[str, ...]] = {
         "-mavx512bf16",
     ),
 }
+ISA_FLAGS["amx"] = ISA_FLAGS["avx512"] + ("-mamx-tile", "-mamx-bf16")
 
 #: /proc/cpuinfo flags each ISA needs.
 _CPU_FLAGS: dict[str, tuple[str, ...]] = {
@@ -34,13 +37,67 @@ _CPU_FLAGS: dict[str, tuple[str, ...]] = {
     "avx2": ("avx2", "fma"),
     "avx512": ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"),
 }
+_CPU_FLAGS["amx"] = _CPU_FLAGS["avx512"] + ("amx_tile", "amx_bf16")
 
-#: `__builtin_cpu_supports` names, for runtime dispatch in generated C.
+#: `__builtin_cpu_supports` names, for runtime dispatch in generated C. For amx these are
+#: only its AVX-512 part: gcc 12 knows "amx-tile"/"amx-bf16" there but clang 14 rejects
+#: them, so the tile unit is checked by `RUNTIME_HELPERS` (see `runtime_condition`).
 CPU_SUPPORTS: dict[str, tuple[str, ...]] = {
     "x86-64": (),
     "avx2": ("avx2", "fma"),
     "avx512": ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512bf16"),
 }
+CPU_SUPPORTS["amx"] = CPU_SUPPORTS["avx512"]
+
+#: Linux x86-64 `arch_prctl` syscall number and its request for AMX tile data
+#: (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). Written as a raw `syscall` instruction so the
+#: C needs no <sys/syscall.h> or feature-test macros.
+AMX_PERMISSION_ASM = (
+    '__asm__ __volatile__("syscall" : "=a"(ret) : "0"(158L), "D"(0x1023L), "S"(18L)'
+    ' : "rcx", "r11", "memory");'
+)
+
+_AMX_CHECK_C = f"""\
+#include <cpuid.h>
+/* AMX: CPUID.(EAX=7,ECX=0):EDX bits 24 (AMX-TILE) and 22 (AMX-BF16), and Linux's permission
+ * to use tile data (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); it fails when the
+ * OS does not enable AMX). Idempotent, so racing first calls are harmless. */
+static int morello_cpu_has_amx(void)
+{{
+    unsigned int eax, ebx, ecx, edx;
+    long ret;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    if (!((edx >> 24) & 1u) || !((edx >> 22) & 1u))
+        return 0;
+    {AMX_PERMISSION_ASM}
+    return ret == 0;
+}}
+"""
+
+#: C helper (function name, definition) that completes an ISA's runtime check.
+RUNTIME_HELPERS: dict[str, tuple[str, str]] = {"amx": ("morello_cpu_has_amx", _AMX_CHECK_C)}
+
+
+def runtime_condition(isa: str) -> str:
+    """C expression true when the running CPU (and OS) can execute `isa` code ("1" for
+    the baseline). Calls the helper of `runtime_helpers_source` where one is needed."""
+    parts = [f'__builtin_cpu_supports("{f}")' for f in CPU_SUPPORTS[isa]]
+    if isa in RUNTIME_HELPERS:
+        parts.append(f"{RUNTIME_HELPERS[isa][0]}()")
+    return " && ".join(parts) or "1"
+
+
+def runtime_helpers_source(isas: Iterable[str]) -> str:
+    """Definitions of the helpers `runtime_condition` of these ISAs calls ("" if none)."""
+    return "".join(RUNTIME_HELPERS[i][1] for i in dict.fromkeys(isas) if i in RUNTIME_HELPERS)
+
+
+def isa_includes(isa: str, base: str) -> bool:
+    """True when code for `isa` may use everything of `base` (amx includes avx512 ...)."""
+    if base == "x86-64":
+        return True
+    return isa in ISAS and base in ISAS and ISAS.index(isa) <= ISAS.index(base)
 
 
 @functools.cache

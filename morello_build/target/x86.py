@@ -1,4 +1,4 @@
-"""The x86 targets: AVX-512, AVX2+FMA and a portable scalar fallback.
+"""The x86 targets: AMX (AVX-512 plus tiles), AVX-512, AVX2+FMA and a portable scalar fallback.
 
 Constants follow the published Morello model (reference notes, "X86 target"): 64-byte
 lines, L1 1024 lines, GL 2^25 lines, hit cost per line L1 1 (AVX-512) / 2 (AVX2) and
@@ -9,6 +9,7 @@ reference's fixed 16/24, because that is what an OpenMP loop in our kernels real
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from morello_build.target.isa import ISAS, native_isa
 
 @dataclass(frozen=True)
 class Target:
-    isa: str  # "avx512" | "avx2" | "x86-64"
+    isa: str  # "amx" | "avx512" | "avx2" | "x86-64"
     vector_bytes: tuple[int, ...]  # legal vector register widths
     max_limits: Limits  # RF, VRF registers; L1, GL lines
     hit_cost: tuple[int, ...]  # per level, per 64-byte line
@@ -47,15 +48,7 @@ class Target:
         return c if t.is_contiguous else 2 * c
 
     def with_threads(self, threads: int) -> Target:
-        return Target(
-            self.isa,
-            self.vector_bytes,
-            self.max_limits,
-            self.hit_cost,
-            self.par_setup,
-            self.par_per_iter,
-            max(1, threads),
-        )
+        return dataclasses.replace(self, processors=max(1, threads))
 
     def check_spec(self, spec: LogicalSpec) -> None:
         """Reject Specs this target cannot represent (e.g. 64-byte vectors on AVX2)."""
@@ -73,12 +66,16 @@ _GL_LINES = 1 << 25
 
 @functools.cache
 def get_target(name: str, threads: int = 1) -> Target:
-    """`avx512`, `avx2`, `x86-64` or `native` (the best this host supports)."""
+    """`amx`, `avx512`, `avx2`, `x86-64` or `native` (the best this host supports)."""
     isa = native_isa() if name == "native" else name
     if isa == "avx512":
         t = Target("avx512", (16, 32, 64), (16, 32, 1024, _GL_LINES), (0, 0, 1, 20), 850_000, 60)
     elif isa == "avx2":
         t = Target("avx2", (16, 32), (16, 16, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60)
+    elif isa == "amx":
+        # AVX-512 plus the AMX tile unit: the same machine model, and the AMX kernels of
+        # `target.kernels` (which check `isa == "amx"`) become applicable.
+        t = dataclasses.replace(get_target("avx512"), isa="amx")
     elif isa == "x86-64":
         t = Target("x86-64", (), (16, 0, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60)
     else:

@@ -57,7 +57,7 @@ def _cache_hit(key: str) -> bool:
 
 
 def synthesize_kernel(spec_text, *, name, target, schedule=None, use_cache=True, threads=1):
-    if target not in ("avx512", "avx2", "x86-64"):
+    if target not in ("amx", "avx512", "avx2", "x86-64"):
         raise MorelloError(f"unknown target {target!r}")
     mt = _SPEC.fullmatch(spec_text)
     if not mt:
