@@ -180,3 +180,34 @@ def test_rows_loop_structure() -> None:
 
     walk(impl)
     assert loops and all(shape[3] == 1024 for shape in loops)
+
+
+# --------------------------------------------------------------------------- register rows
+
+
+def _vrf_outputs(impl: Impl) -> list[tuple[int, ...]]:
+    """Shapes of the output tiles moved into vector registers (the register tiles)."""
+    out = []
+    if isinstance(impl, Alloc) and impl.tensor.level is Level.VRF and impl.operand == 2:
+        out.append(impl.tensor.shape)
+    for c in impl.children:
+        out += _vrf_outputs(c)
+    return out
+
+
+def test_register_rows_tile_only_the_m_dim() -> None:
+    spec = parse_spec("Matmul(1x64x64x64, f32:L1:row, f32:L1:row, f32:L1:row, serial)")
+    avx2 = {a.shape for a in enumerate_actions(spec, get_target("avx2")) if hasattr(a, "shape")}
+    assert (1, 6, 64, 64) in avx2
+    assert (1, 64, 64, 6) not in avx2 and (6, 64, 64, 64) not in avx2
+    avx512 = {a.shape for a in enumerate_actions(spec, get_target("avx512")) if hasattr(a, "shape")}
+    assert (1, 6, 64, 64) not in avx512
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_avx2_gemm_fills_the_register_file_with_6x16_tiles(compiler: str) -> None:
+    """64 rows = 10 tiles of 6 plus a 4-row remainder; the main tile holds 12 ymm sums."""
+    impl = _synth("Matmul(1x64x32x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx2")
+    tiles = _vrf_outputs(impl)
+    assert (1, 6, 16) in tiles, tiles
+    _verify(impl, "avx2", compiler)

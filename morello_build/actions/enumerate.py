@@ -20,7 +20,9 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
   bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor in
   whole registers, or else (f32 rows narrower than that) the narrowest register that
   holds a row, padded and accessed with lane masks;
-- Move and Zero Specs get no same-level moves (a copy of a copy never helps).
+- Move and Zero Specs get no same-level moves (a copy of a copy never helps);
+- output tile sizes are powers of two and the whole dim, plus, for a Matmul's rows (m),
+  the target's register-filling heights (`Target.register_rows`, e.g. AVX2 6x16).
 """
 
 from __future__ import annotations
@@ -110,9 +112,13 @@ def _tilings(spec: LogicalSpec, target: Target) -> list[Action]:
     out_dims = spec.dim_maps()[spec.output_index]
     biggest = max(spec.shape[d] for d in out_dims)
     sizes = _pow2_below(biggest) + [biggest]
+    rows = spec.kind == MATMUL and len(spec.shape) == 4
+    extra = [r for r in target.register_rows if r < biggest and r not in sizes] if rows else []
     acts: list[Action] = []
-    for size in sizes:
+    for size in sizes + extra:
         for d in out_dims:
+            if size in extra and d != 1:
+                continue  # register-filling heights tile only the rows (m)
             if size < spec.shape[d]:
                 shape = list(spec.shape)
                 shape[d] = size
