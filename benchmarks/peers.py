@@ -1,6 +1,7 @@
 """Kernel speed against peers: the issue's table as Markdown plus a PNG plot.
 
-    python benchmarks/peers.py                       # every shape, avx512 and avx2
+    python benchmarks/peers.py                       # every shape on avx512 and avx2,
+                                                     # the bf16 shapes on amx
     python benchmarks/peers.py --targets avx512 --shapes 64,256,1x1024x1024
     python benchmarks/peers.py --shapes bf16:1x2048x16384 --results out.json   # piecewise
 
@@ -18,8 +19,11 @@ suffixed ``@T`` (T threads). The FMA peak of one core is *measured*: a loop of 2
 independent register FMAs (zmm for avx512, 12 ymm for avx2), timed the same way as the
 kernels; x threads for threaded rows. bf16 rows count against the same f32 FMA peak: on
 this Xeon `vdpbf16ps zmm` retires one per 2 cycles (measured the same way), half the f32
-FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses). ``--ghz G`` uses the formula 2 FMA units x lanes x 2 flops x G instead (the
-issue's figure is 3.7 GHz, which this VM does not sustain with AVX-512).
+FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses). bf16
+rows of the amx target (AMX tile kernels) count against the measured AMX peak: 4
+independent `tdpbf16ps` tiles in a loop. ``--ghz G`` uses the formula 2 FMA units x lanes
+x 2 flops x G instead (the issue's figure is 3.7 GHz, which this VM does not sustain with
+AVX-512), and 1024 bf16 flops per cycle for AMX.
 Matrix-vector rows (M=1) also show B's bytes per second as a percentage of a plain
 streaming read of a buffer of B's size, timed by a small harness built with the same
 compiler flags right before the table is printed.
@@ -41,7 +45,10 @@ DEFAULT_SHAPES = (
 )
 PEERS = ("openblas", "mkl", "mkl-jit", "naive")
 MORELLO = "morello-build"
-LANES = {"avx512": 16, "avx2": 8}
+LANES = {"amx": 16, "avx512": 16, "avx2": 8}
+#: Shapes per target when --shapes is not given: the amx target differs from avx512 only
+#: in its bf16 GEMM kernel (AMX tiles), so it gets the bf16 rows.
+TARGET_SHAPES = {"amx": "bf16:256,bf16:1x2048x16384"}
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, int, int], int]:
@@ -139,9 +146,56 @@ int main(void) {
     return float(_run_c(src, []))
 
 
+def amx_peak_gflops() -> float:
+    """Best-of-7 bf16 GFLOP/s of independent `tdpbf16ps` (4 C tiles, 16x16x32 each)."""
+    src = r"""
+#include <immintrin.h>
+#include <stdio.h>
+#include <time.h>
+static const unsigned char cfg[64] __attribute__((aligned(64))) = {
+    [0] = 1, [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64,
+    [30] = 64, [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16,
+    [55] = 16};
+int main(void) {
+    long ret;
+    __asm__ __volatile__("syscall" : "=a"(ret) : "0"(158L), "D"(0x1023L), "S"(18L)
+                         : "rcx", "r11", "memory");
+    if (ret != 0) return 1;
+    static unsigned short zero[512] __attribute__((aligned(64)));
+    _tile_loadconfig(cfg);
+    _tile_loadd(4, zero, 64); _tile_loadd(5, zero, 64);
+    _tile_loadd(6, zero, 64); _tile_loadd(7, zero, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    double best = 0;
+    for (int r = 0; r < 7; r++) {
+        struct timespec a, b;
+        long iters = 2000000;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (long i = 0; i < iters; i++) {
+            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double s = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+        double gf = iters * 4.0 * 16 * 16 * 32 * 2 / s / 1e9;
+        if (gf > best) best = gf;
+    }
+    _tile_release();
+    printf("%.3f\n", best);
+    return 0;
+}
+"""
+    return float(_run_c(src, ["-mamx-tile", "-mamx-bf16"]))
+
+
+def peak_key(target: str, dtype: str) -> str:
+    """The peak a row is measured against: AMX tiles for bf16 on amx, else the f32 FMAs."""
+    return "amx-bf16" if target == "amx" and dtype == "bf16" else target
+
+
 def fma_peak_gflops(target: str) -> float:
     """Best-of-7 f32 GFLOP/s of independent register FMAs on one core (no memory traffic)."""
-    wide = target == "avx512"
+    wide = target in ("avx512", "amx")
     reg, n = ("zmm", 24) if wide else ("ymm", 12)
     body = "".join(f'"vfmadd231ps %%{reg}14, %%{reg}15, %%{reg}{i}\\n"' for i in range(n))
     if wide:
@@ -267,7 +321,7 @@ def table(
         mo = _gf(doc, MORELLO)
         peers = [_gf(doc, p) for p in PEERS]
         ratio = doc.get("ratio")
-        peak = peaks[target] * threads
+        peak = peaks[peak_key(target, dtype)] * threads
         pct = f"{100 * mo / peak:.0f}%" if mo else "-"
         bw = "-"
         if m == 1 and mo:
@@ -322,6 +376,9 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
             ys2 = [y if y is not None else float("nan") for y in ys]
             ax.plot(xs, ys2, marker="o", label=name, linewidth=2.5 if name == MORELLO else 1.2)
         peak = peaks[target]
+        if target == "amx":
+            amx_peak = peaks["amx-bf16"]
+            ax.axhline(amx_peak, color="r", linestyle=":", label=f"AMX bf16 peak ({amx_peak:.0f})")
         ax.axhline(peak, color="k", linestyle="--", label=f"f32 FMA peak, 1 core ({peak:.0f})")
         ax.set_xticks(xs)
         ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
@@ -336,8 +393,12 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--targets", default="avx512,avx2")
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--targets", default="avx512,avx2,amx")
+    ap.add_argument(
+        "--shapes",
+        default=None,
+        help=f"comma-separated shapes [default: {DEFAULT_SHAPES}; amx: {TARGET_SHAPES['amx']}]",
+    )
     ap.add_argument("--min-time", type=float, default=0.5)
     ap.add_argument("--results", default="benchmarks/peers_results.json")
     ap.add_argument("--png", default="benchmarks/peers.png")
@@ -363,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = results.pop("_meta", {})
     if not args.report_only:
         for target in args.targets.split(","):
-            for shape in args.shapes.split(","):
+            shapes = args.shapes or TARGET_SHAPES.get(target, DEFAULT_SHAPES)
+            for shape in shapes.split(","):
                 print(f"[peers] {target} {shape} ...", file=sys.stderr, flush=True)
                 results[key(target, shape)] = run_one(target, shape, args.min_time)
                 res_path.write_text(json.dumps({**results, "_meta": meta}, indent=1))
@@ -371,9 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.ghz is not None:
         peaks = {t: 2 * LANES[t] * 2 * args.ghz for t in targets}
         how = f"formula at {args.ghz:.2f} GHz (2 FMA x lanes x 2 flops x GHz)"
+        if "amx" in targets:  # 1024 bf16 flops per cycle: a 16x16x32 tdpbf16ps per 16 cycles
+            peaks["amx-bf16"] = 1024 * args.ghz
     else:
         peaks = {t: fma_peak_gflops(t) for t in targets}
         how = "measured: 24 independent register FMAs (12 on avx2), best of 7"
+        if "amx" in targets:
+            peaks["amx-bf16"] = amx_peak_gflops()
+            how += "; amx bf16: 4 independent tdpbf16ps tiles"
         if args.measure_ghz:
             how += f"; clock {measure_ghz():.2f} GHz"
     meta["fma_peak"] = peaks
@@ -392,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         "FMA peak per core ("
         + how
         + "): "
-        + ", ".join(f"{t} f32 {p:.0f} GF/s" for t, p in sorted(peaks.items()))
-        + "; bf16 rows use the f32 peak (vdpbf16ps runs at half of it here)."
+        + ", ".join(f"{t} {p:.0f} GF/s" for t, p in sorted(peaks.items()))
+        + "; avx512/avx2 bf16 rows use the f32 peak (vdpbf16ps runs at half of it here),"
+        + " amx bf16 rows the AMX tile peak."
     )
     print("Streaming-read bandwidth (GB/s, buffer of B's size, 1 core): ", end="")
     print(", ".join(f"{k}: {v:.1f}" for k, v in sorted(stream.items())))
