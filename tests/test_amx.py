@@ -1,9 +1,7 @@
 """AMX target: bf16 x bf16 -> f32 Matmul on tile registers (`tdpbf16ps`).
 
 Applicability, enumeration and emission run anywhere; compiling and running the kernels
-needs a host with AMX (and a kernel that grants tile data), else those tests skip. Hand
-schedules keep the fast suite fast (cold bf16 synthesis takes ~30 s even for 32x64x32);
-full synthesis is in the `slow` tests.
+needs a host with AMX (and a kernel that grants tile data), else those tests skip.
 """
 
 from __future__ import annotations
@@ -153,15 +151,40 @@ def test_tile_kernel_rejects_non_uniform_rows():
         emit_kernel(Ctx("amx", False), AMX, spec, tuple(View.whole(x) for x in (a, b, c)))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("m,k,n", [(32, 64, 32), (64, 128, 64)])
+@pytest.mark.parametrize("m,k,n", [(32, 64, 32), (64, 128, 64), (96, 64, 80)])
 def test_synthesized_bf16_matmul_uses_amx_and_matches_numpy(m, k, n):
     from morello_build.api import synthesize
 
     spec = parse_spec(f"Matmul(1x{m}x{k}x{n}, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)")
     impl = synthesize(spec, "amx", use_cache=False).impl
     kernel = generate_c(impl, f"mm_amx_{m}x{k}x{n}", "amx")
-    assert "_tile_dpbf16ps" in kernel.c_source
+    src = kernel.c_source
+    assert "_tile_dpbf16ps" in src
+    # The output is computed in zeroed tiles, never zeroed in memory and loaded back.
+    assert "_tile_zero(" in src and "memset" not in src
     _needs_amx()
     for cc in COMPILERS:
         _verify(kernel, cc)
+
+
+def test_tileable_specs_only_get_actions_that_stay_on_tiles():
+    """On amx a bf16 Matmul in whole tiles is not widened, not moved into registers and
+    only tiled or split in whole tiles (16 rows/columns, 32 along k)."""
+    from morello_build.actions.enumerate import amx_tileable
+    from morello_build.actions.tile import Split, TileOut
+
+    t = get_target("amx")
+    spec = _accum_spec(64, 128, 64, "row", level="GL")
+    assert amx_tileable(spec, t) and not amx_tileable(spec, get_target("avx512"))
+    assert not amx_tileable(_accum_spec(64, 48, 64, "row", level="GL"), t)  # K % 32
+    acts = enumerate_actions(spec, t)
+    moves = [a for a in acts if isinstance(a, Move)]
+    assert moves and all(m.level in (Level.L1, Level.GL) for m in moves)
+    assert all(m.dtype == spec.operands[m.operand].dtype for m in moves)
+    for a in acts:
+        if isinstance(a, TileOut):
+            assert a.shape[1] % 16 == 0 and a.shape[3] % 16 == 0, a
+        if isinstance(a, Split):
+            assert a.k % 32 == 0, a
+    widen = [a for a in enumerate_actions(spec, get_target("avx512")) if isinstance(a, Move)]
+    assert any(m.dtype != spec.operands[m.operand].dtype for m in widen)

@@ -417,7 +417,7 @@ def _strided_rows(
 
 
 def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
-    """c += a @ b on AMX tiles (`AmxTileMatmulBf16F32`; layouts in `target.kernels`).
+    """c (+)= a @ b on AMX tiles (`AmxTileMatmulBf16F32`; layouts in `target.kernels`).
 
     C tiles 0-3 (tile (i, j) is register i * N/16 + j), A tiles 4-5, B tiles 6-7, all
     16 rows x 64 bytes as `mb_amx_cfg` configures them (the function prologue, or each
@@ -466,7 +466,10 @@ def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
 
     ctiles = [(i, j, i * nt + j) for i in range(mt) for j in range(nt)]
     for i, j, reg in ctiles:
-        ctx.line(f"_tile_loadd({reg}, {plus(pc, i * t * sc + j * t)}, {4 * sc});")
+        if spec.accum:
+            ctx.line(f"_tile_loadd({reg}, {plus(pc, i * t * sc + j * t)}, {4 * sc});")
+        else:  # c = a @ b: start from zero tiles, C is only written
+            ctx.line(f"_tile_zero({reg});")
     k = f"k{u}"
     if ks > 1:
         ctx.open(f"for (int {k} = 0; {k} < {ks}; {k}++) {{")
