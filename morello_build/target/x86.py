@@ -33,11 +33,14 @@ class Target:
     #: Extra register-tile heights (output rows) offered to tilings of a Matmul's m dim,
     #: besides the powers of two: a height that fills the vector register file with two
     #: vectors per row. AVX2 6x16 (12 ymm accumulators + 2 B vectors + 1 broadcast = 15 of
-    #: 16) measured 124.0 GF/s at 64^3 against 106.3 for the DP's 4x16 and 121.7 for MKL's
-    #: JIT (same harness run, /tmp experiment with the Schedule API): 8 accumulators do not
-    #: hide the 4-cycle FMA latency at 2 FMAs per cycle. AVX-512 keeps powers of two: 8x32
-    #: already holds 16 zmm accumulators, and 12x32, 14x32 and 6x64 measured within noise
-    #: of it (0.95-0.99x of MKL at 512^3 in the same runs).
+    #: 16): 8 accumulators (4x16) do not hide the 4-cycle FMA latency at 2 FMAs per cycle.
+    #: DP kernels with and without 6 rows, same harness run, ratio to the best AVX2 peer:
+    #: 32^3 0.95x vs 0.89x, 64^3 1.00x vs 0.88x, 128^3 1.05x vs 0.95x, 256^3 0.99x vs
+    #: 0.84x, 512^3 1.00x vs 0.90x, 100x37x250 0.97x vs 0.87x. AVX-512 keeps powers of two: 8x32
+    #: already holds 16 zmm accumulators. Offering 6 rows there makes the DP pick 6x64
+    #: (24 zmm) from 128^3 up; DP kernels with and without it, same harness run, ratio to
+    #: the best peer: 64^3 1.03x vs 1.00x, 128^3 0.99x vs 0.95x, but 256^3 0.99x vs 1.02x
+    #: and 512^3 0.90x vs 0.96x (a 64-wide B panel is twice the L1 footprint per k step).
     register_rows: tuple[int, ...] = ()
 
     def vector_sizes(self, dtype: Dtype) -> tuple[int, ...]:
