@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action
-from morello_build.actions.move import Move
+from morello_build.actions.move import Move, move_const
 from morello_build.actions.select import Select
-from morello_build.actions.tile import Split, TileOut
+from morello_build.actions.tile import Split, TileOut, loop_const
 from morello_build.errors import MorelloError
 from morello_build.imp.cost import Cost
 from morello_build.imp.nodes import Alloc, Block, Hole, Impl, Loop
@@ -256,15 +256,15 @@ def with_costs(node: Impl, target: Target) -> Impl:
         steps = 1
         for s in node.full_steps():
             steps *= s
-        main = 0
         if node.parallel:
             steps = -(-steps // target.processors)
-            main = target.par_setup + target.par_per_iter * steps
+        body = node.children[0].spec
+        main = loop_const(node.spec, body, steps, node.parallel, target)
         main += mains[0] * steps + sum(mains[1:])
         cost = Cost(main, peak, depth + 1)
     elif isinstance(node, Alloc):
         src = node.spec.operands[node.operand]
-        main = target.move_cost(src) + target.move_cost(node.tensor) + sum(mains)
+        main = move_const(src, node.tensor, target) + sum(mains)
         cost = Cost(main, add_peak(_alloc_units(node), peak), depth + 1)
     elif isinstance(node, Block):
         cost = Cost(sum(mains), peak, depth + 1)

@@ -126,3 +126,24 @@ def test_parallel_split_of_output_rows_costs_less_than_of_columns() -> None:
     col_major = parse_spec("Matmul(1x512x512x512, f32:GL:row, f32:GL:row, f32:GL:col)")
     by_col = TileOut((1, 512, 512, 256), parallel=True).plan(col_major, t)
     assert by_col is not None and by_col.const == rows.const  # whole columns: contiguous
+
+
+def test_same_level_copies_are_charged_once() -> None:
+    """Packing B into panels in GL costs what its copy Spec reads and writes, not that plus
+    the lines again; a move to another level still pays its lines at both levels."""
+    from morello_build.actions.move import Move, move_const
+    from morello_build.ir import layout as lay
+    from morello_build.ir.dtypes import Dtype
+
+    t = get_target("avx512")
+    spec = parse_spec("MatmulAccum(1x64x128x512, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    b = spec.operands[1]
+    panels = Move(1, Level.GL, lay.parse_layout("[2,1,2p32]", b.shape), None, Dtype.F32)
+    plan = panels.plan(spec, t)
+    assert plan is not None and plan.const == 0
+    new = panels.new_tensor(spec)
+    assert new is not None and move_const(b, new[0], t) == 0
+    view = Move(1, Level.L1, b.layout, None, Dtype.F32)
+    vplan = view.plan(spec, t)
+    assert vplan is not None
+    assert vplan.const == t.move_cost(b) + t.move_cost(b._replace(level=Level.L1)) > 0

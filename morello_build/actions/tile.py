@@ -84,15 +84,24 @@ def _loop_plan(
             return None
         children.append(b)
     iters = math.prod(s // t for s, t in zip(spec.shape, tile))
-    const = 0
     if parallel:
         iters = -(-iters // target.processors)
-        const = target.par_setup + target.par_per_iter * iters
-        out = body.operands[body.output_index]
-        if not out.is_contiguous:
-            const += PAR_SHARED_ROWS_COST * spec.operands[spec.output_index].cache_lines()
     coefs = (iters,) + (1,) * (len(children) - 1)
-    return Plan(tuple(children), coefs, const, ZERO)
+    return Plan(tuple(children), coefs, loop_const(spec, body, iters, parallel, target), ZERO)
+
+
+def loop_const(
+    spec: LogicalSpec, body: LogicalSpec, iters: int, parallel: bool, target: Target
+) -> int:
+    """A loop's own cost: nothing when serial; thread start-up, per-iteration scheduling
+    and (threads writing strided parts of the output) shared output rows when parallel.
+    `iters` is the iterations one thread runs."""
+    if not parallel:
+        return 0
+    const = target.par_setup + target.par_per_iter * iters
+    if not body.operands[body.output_index].is_contiguous:
+        const += PAR_SHARED_ROWS_COST * spec.operands[spec.output_index].cache_lines()
+    return const
 
 
 def _offsets(spec: LogicalSpec, tile: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
