@@ -8,8 +8,9 @@
 Each row runs ``morello bench --json`` in a fresh process with a fresh, empty cache
 directory, so synthesis is cold and its time is reported; the kernel and its peers
 (OpenBLAS, MKL, MKL JIT, an -O3 loop nest) are then timed side by side in one C harness
-(medians of round-robin samples); for avx2 rows the peers are held to AVX2
-(`morello bench --peer-isa kernel`, the default), as on the machines such kernels are for.
+(medians of round-robin samples); for avx2 rows the peers are held to AVX2, and on an AMX
+host avx512 rows hold them to AVX-512 without AMX (`morello bench --peer-isa kernel`, the
+default), as on the machines such kernels are for.
 Results are merged into ``--results`` (JSON) keyed by
 (target, shape), so the table can be built piecewise; the table and the plot always show
 everything in that file.

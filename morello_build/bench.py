@@ -42,8 +42,8 @@ from numpy.typing import NDArray
 from morello_build.ccompile import Compiler, compile_object, find_compiler, link, write_sources
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.errors import MorelloError
-from morello_build.peers import PeerLib, find_mkl, find_openblas
-from morello_build.target.isa import ISA_FLAGS, host_supports
+from morello_build.peers import PEER_ISAS, PeerLib, find_mkl, find_openblas
+from morello_build.target.isa import ISA_FLAGS, host_supports, native_isa
 from morello_build.verify import (
     STORAGE,
     IsaUnavailable,
@@ -100,10 +100,16 @@ class ImplResult:
         }
 
 
-#: Peers held to a kernel's instruction set when it is older than the host's: a kernel built
+#: Peers held to a kernel's instruction set when it is older than the host's best: a kernel built
 #: for AVX2 machines is compared with the BLAS those machines would run, not with this
 #: host's AVX-512 code paths. Environment for the peer libraries, flags for the naive loop.
 PEER_ISA_LIMITS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
+    # AVX-512 with BF16 but without AMX (MKL's AVX512_E3 = Cooper Lake): on an AMX host,
+    # MKL's bf16 GEMM would otherwise run on the tile unit, which avx512 machines lack.
+    "avx512": (
+        {"MKL_ENABLE_INSTRUCTIONS": "AVX512_E3", "OPENBLAS_CORETYPE": "CooperLake"},
+        ("-march=cooperlake",),
+    ),
     "avx2": (
         {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
         ("-march=haswell",),
@@ -113,9 +119,6 @@ PEER_ISA_LIMITS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
         ("-march=x86-64",),
     ),
 }
-
-#: `peer_isa` choices: "kernel" limits peers as above; "host" lets them use all of this host.
-PEER_ISAS = ("kernel", "host")
 
 
 @dataclass(frozen=True)
@@ -737,7 +740,7 @@ def bench_kernel(
 
     naive_flags: tuple[str, ...] = ("-march=native",)
     peer_limit = ""
-    if peer_isa == "kernel" and abi.isa in PEER_ISA_LIMITS:
+    if peer_isa == "kernel" and abi.isa in PEER_ISA_LIMITS and native_isa() != abi.isa:
         limit_env, naive_flags = PEER_ISA_LIMITS[abi.isa]
         env.update(limit_env)
         peer_limit = " ".join(f"{k}={v}" for k, v in limit_env.items())

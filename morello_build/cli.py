@@ -23,6 +23,7 @@ from pathlib import Path
 from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError
 from morello_build.ir.text import parse_dims
+from morello_build.peers import PEER_ISAS
 
 SPEC_HELP = (
     "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
@@ -285,12 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--peer-isa",
-        choices=("kernel", "host"),
+        choices=PEER_ISAS,
         default="kernel",
         help="kernel: hold the peers to the kernel's instruction set when it is older than this"
-        " host's (an avx2 kernel meets MKL with MKL_ENABLE_INSTRUCTIONS=AVX2, OpenBLAS with"
-        " OPENBLAS_CORETYPE=Haswell, a -march=haswell loop nest); host: let them use"
-        " everything this machine has [default: kernel]",
+        " host's best (an avx2 kernel meets MKL with MKL_ENABLE_INSTRUCTIONS=AVX2, OpenBLAS with"
+        " OPENBLAS_CORETYPE=Haswell, a -march=haswell loop nest; an avx512 kernel on an AMX"
+        " host meets MKL without AMX, AVX512_E3); host: let them use everything this machine"
+        " has [default: kernel]",
     )
     b.set_defaults(func=cmd_bench)
 

@@ -138,3 +138,24 @@ def test_peers_are_held_to_an_older_kernel_isa() -> None:
     assert host.peer_limit == ""
     with pytest.raises(ValueError, match="peer_isa"):
         bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="avx512")
+
+
+def test_avx512_kernels_meet_peers_without_amx_on_an_amx_host() -> None:
+    """On a host newer than the kernel (AMX) an avx512 kernel meets AVX-512+BF16 peers
+    (MKL's AVX512_E3, no tile unit); on a plain AVX-512 host nothing is limited."""
+    from morello_build.target.isa import native_isa
+
+    k = matmul_kernel("bavx512", 1, 32, 32, 32)
+    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="avx512"))
+    try:
+        rep = bench_kernel(k, peers=["naive", "mkl"], min_time=FAST)
+    except IsaUnavailable:
+        pytest.skip("host lacks AVX-512")
+    if native_isa() == "avx512":
+        assert rep.peer_limit == ""
+    else:
+        assert "MKL_ENABLE_INSTRUCTIONS=AVX512_E3" in rep.peer_limit
+        assert "-march=cooperlake" in rep.peer_limit
+    assert rep.result("naive").skipped is None
+    if find_mkl().available:
+        assert rep.result("mkl").skipped is None, rep.result("mkl").skipped
