@@ -153,8 +153,3 @@ def find_mkl() -> PeerLib:
 
         version = dist_version("mkl")
     return PeerLib("mkl", True, "", path, version, symbols)
-
-
-def find_peer_libs() -> dict[str, PeerLib]:
-    """Every peer library by name, available or not."""
-    return {"openblas": find_openblas(), "mkl": find_mkl()}

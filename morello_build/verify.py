@@ -140,10 +140,6 @@ def from_physical(physical: NDArray[Any], order: Sequence[int]) -> NDArray[Any]:
     return np.transpose(physical, tuple(int(i) for i in np.argsort(order)))
 
 
-def physical_shape(op: OperandABI) -> tuple[int, ...]:
-    return tuple(op.shape[d] for d in op.order)
-
-
 def _check_operand(op: OperandABI) -> None:
     if op.dtype not in STORAGE:
         raise ValueError(f"operand {op.name}: unsupported dtype {op.dtype!r}")

@@ -9,7 +9,7 @@ byte-identical for the same tree.
 from __future__ import annotations
 
 from morello_build.codegen.abi import C_TYPES
-from morello_build.codegen.views import RF, VRF, AddressMap, CodegenError, Loc
+from morello_build.codegen.views import AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
 from morello_build.target.isa import AMX_PERMISSION_ASM
 
@@ -170,7 +170,3 @@ class Ctx:
     def use_helper(self, name: str) -> None:
         self.helpers.add(name)
         self.includes.add("string.h")
-
-    @staticmethod
-    def is_register(loc: Loc) -> bool:
-        return loc.buf.kind in (RF, VRF)
