@@ -24,7 +24,7 @@ from memo_support import (
 )
 
 from morello_build.memo import value as value_mod
-from morello_build.memo.boxes import Page, find_overlap
+from morello_build.memo.boxes import Page, coalesce, find_overlap, resolve
 from morello_build.memo.value import UNSAT, MemoValue, better, dominates
 
 
@@ -262,3 +262,34 @@ def test_any_cell_order_compresses_to_one_box_per_value(
         page.fill(c, c, V_BASE if c[0] < cut else V_CHEAP)
     assert len(page) == (cut > 0) + (cut < shape[0])
     assert page.points_covered() == len(cells)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False), st.integers(1, 3), st.integers(1, 25))
+def test_resolve_then_coalesce_equal_fills_and_stay_disjoint(
+    rnd: random.Random, d: int, n: int
+) -> None:
+    fills = []
+    for _ in range(n):
+        lo = tuple(rnd.randrange(5) for _ in range(d))
+        hi = tuple(rnd.randrange(a, 5) for a in lo)
+        fills.append((lo, hi, rnd.randrange(len(VALUES))))
+    disjoint = resolve(fills, VALUES)
+    merged = coalesce(disjoint)
+    expected = apply_to_dict([(lo, hi, VALUES[v]) for lo, hi, v in fills])
+    for boxes in (disjoint, merged):
+        got: dict[tuple[int, ...], object] = {}
+        for lo, hi, v in boxes:
+            for p in itertools.product(*(range(a, b + 1) for a, b in zip(lo, hi, strict=True))):
+                assert p not in got, "boxes overlap"
+                got[p] = VALUES[v]
+        assert got == expected
+    assert len(merged) <= len(disjoint)
+
+
+def test_coalesce_joins_touching_cells_into_one_box() -> None:
+    cells = [((x, y), (x, y), 0) for x in range(3) for y in range(4)]
+    random.Random(1).shuffle(cells)
+    assert coalesce(cells) == [((0, 0), (2, 3), 0)]
+    apart = [((0,), (0,), 0), ((2,), (2,), 0), ((1,), (1,), 1)]
+    assert sorted(coalesce(apart)) == sorted(apart)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memo_support import V_BASE, V_CHEAP, V_DEPTH, VALUES, apply_to_dict
 
-from morello_build.memo.boxes import Page
+from morello_build.memo.boxes import Page, find_overlap
 from morello_build.memo.table import MemoTable
 from morello_build.memo.value import UNSAT, MemoValue, Value
 
@@ -209,3 +209,75 @@ def test_puts_elsewhere_keep_remembered_lookups() -> None:
     t.put("k", (1, 0, 0), (1, 0, 0), V_CHEAP)  # touches (1, 0, *): forgotten, then right
     assert ("k", (1, 0, 3)) not in t._hot and t.get("k", (1, 0, 3)) is None
     assert t.get("k", (1, 0, 0)) == V_CHEAP
+
+
+@st.composite
+def dp_like_puts(draw: st.DrawFn) -> tuple[int, int, list[Put]]:
+    """Mostly DP-shaped puts (one non-memory point, a box of memory coords), many per
+    point, plus a few general boxes that take ``put_many``'s fallback path."""
+    memory_dims = draw(st.integers(0, 2))
+    d = draw(st.integers(max(2, memory_dims), 3))
+    k = d - memory_dims
+    points = [
+        tuple(draw(st.integers(0, SIZE - 1)) for _ in range(k))
+        for _ in range(draw(st.integers(1, 4)))
+    ]
+    puts: list[Put] = []
+    for _ in range(draw(st.integers(1, 30))):
+        if draw(st.integers(0, 9)) == 0:
+            sizes = [SIZE] * k + [MEM_SIZE] * memory_dims
+            lo = tuple(draw(st.integers(0, s - 1)) for s in sizes)
+            hi = tuple(draw(st.integers(a, s - 1)) for a, s in zip(lo, sizes, strict=True))
+        else:
+            pt = draw(st.sampled_from(points))
+            mlo = tuple(draw(st.integers(0, MEM_SIZE - 1)) for _ in range(memory_dims))
+            mhi = tuple(draw(st.integers(a, MEM_SIZE - 1)) for a in mlo)
+            lo, hi = pt + mlo, pt + mhi
+        puts.append((draw(st.sampled_from(KEYS)), lo, hi, draw(st.sampled_from(VALUES))))
+    return d, memory_dims, puts
+
+
+@COMMON
+@given(dp_like_puts(), st.integers(0, 30))
+def test_put_many_equals_one_by_one_puts(case: tuple[int, int, list[Put]], cut: int) -> None:
+    d, memory_dims, puts = case
+    one_by_one = build(memory_dims, puts)
+    bulk = build(memory_dims, puts[:cut])  # a non-empty page takes the fill path
+    for key in KEYS:
+        bulk.put_many(key, [(lo, hi, v) for k, lo, hi, v in puts[cut:] if k == key])
+    for key in KEYS:
+        expected = apply_to_dict([(lo, hi, v) for k, lo, hi, v in puts if k == key])
+        for p in grid(d, memory_dims):
+            assert bulk.get(key, p) == expected.get(p), (key, p)
+            assert one_by_one.get(key, p) == expected.get(p), (key, p)
+        covered = bulk.stats()[key].points if key in bulk.stats() else 0
+        assert covered == len(expected)
+    for _, page in bulk.pages():
+        lo, hi, _values = page.arrays()
+        assert find_overlap(lo, hi) is None
+    check_pages(bulk)
+    assert {pid for pid, page in bulk.pages() if len(page)} == {
+        pid for pid, page in one_by_one.pages() if len(page)
+    }
+
+
+def test_put_many_coalesces_a_grid_of_dp_puts_like_fill() -> None:
+    rnd = random.Random(7)
+    cells = [
+        ((a, b), (c, e)) for a in range(4) for b in range(4) for c in range(0, 8, 2) for e in (0, 4)
+    ]
+    rnd.shuffle(cells)
+    fills = [((a, b, c, e), (a, b, c + 1, e + 3), V_BASE) for (a, b), (c, e) in cells]
+    bulk = MemoTable(memory_dims=2)
+    bulk.put_many("k", fills)
+    assert bulk.stats()["k"].boxes == 1
+    assert bulk.get("k", (3, 3, 7, 7)) == V_BASE
+    assert bulk.dirty == {("k", (0, 0))}
+
+
+def test_put_many_checks_boxes() -> None:
+    t = MemoTable(memory_dims=1)
+    with pytest.raises(ValueError):
+        t.put_many("k", [((1, 2), (0, 3), V_BASE)])
+    with pytest.raises(ValueError):
+        t.put_many("k", [((1, 2), (1, 3), V_BASE), ((1, 2, 0), (1, 3, 0), V_BASE)])

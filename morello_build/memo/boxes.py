@@ -19,18 +19,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from .value import UNSAT, MemoValue, Value, dominates
 
-__all__ = ["Box", "Coords", "Page", "find_overlap", "iter_boxes"]
+__all__ = [
+    "Box",
+    "Coords",
+    "Page",
+    "TupleBox",
+    "coalesce",
+    "find_overlap",
+    "iter_boxes",
+    "resolve",
+    "subtract_box",
+]
 
 IntArray = npt.NDArray[np.int32]
 Coords = Sequence[int] | npt.NDArray[np.integer]
 Box = tuple[tuple[int, ...], tuple[int, ...], Value]
+#: A box whose value is an index into a caller's list of values (used by bulk inserts).
+TupleBox = tuple[tuple[int, ...], tuple[int, ...], int]
 
 _DTYPE = np.int32
 #: Pages with at most this many boxes answer ``get`` by a Python scan (measured crossover).
@@ -218,6 +230,35 @@ class Page:
             changed |= self._fill(other._lo[i].copy(), other._hi[i].copy(), v)
         return changed
 
+    def fill_disjoint(self, boxes: Sequence[TupleBox], values: Sequence[Value]) -> bool:
+        """Fill already pairwise-disjoint ``boxes`` (value ``values[vid]`` each, e.g. the
+        output of ``resolve`` + ``coalesce``). An empty page adopts them in one step, with
+        no merging (``coalesce`` already merged them); otherwise each box is filled.
+        Returns True if the page changed."""
+        if not boxes:
+            return False
+        if self._n:
+            changed = False
+            for lo, hi, vid in boxes:
+                changed |= self.fill(lo, hi, values[vid])
+            return changed
+        n = len(boxes)
+        lo_a = np.array([b[0] for b in boxes], dtype=np.int64).reshape(n, self.d)
+        hi_a = np.array([b[1] for b in boxes], dtype=np.int64).reshape(n, self.d)
+        if (lo_a < 0).any() or (lo_a > hi_a).any() or (hi_a > _COORD_MAX).any():
+            raise ValueError(f"bad boxes: need 0 <= lo <= hi <= {_COORD_MAX}")
+        remap = {v: self._intern(values[v]) for v in sorted({b[2] for b in boxes})}
+        cap = max(8, n)
+        self._lo = np.empty((cap, self.d), dtype=_DTYPE)
+        self._hi = np.empty((cap, self.d), dtype=_DTYPE)
+        self._vid = np.empty(cap, dtype=np.int64)
+        self._lo[:n] = lo_a
+        self._hi[:n] = hi_a
+        self._vid[:n] = [remap[b[2]] for b in boxes]
+        self._n = n
+        self.version += 1
+        return True
+
     def _fill(self, a: IntArray, b: IntArray, value: Value) -> bool:
         n = self._n
         vid_new = self._intern(value)
@@ -403,6 +444,133 @@ def _subtract(
             out.append((p_lo, hi.copy()))
             hi[k] = b_hi[k]
     return out
+
+
+def subtract_box(
+    a_lo: tuple[int, ...], a_hi: tuple[int, ...], b_lo: tuple[int, ...], b_hi: tuple[int, ...]
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``A \\ B`` on plain tuples: at most 2d disjoint boxes (same slabs as ``_subtract``).
+
+    Pure Python: for the few coordinates of a memory box this beats numpy's per-call cost.
+    """
+    for x, y, u, w in zip(a_lo, a_hi, b_lo, b_hi, strict=True):
+        if w < x or y < u:
+            return [(a_lo, a_hi)]
+    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    lo = list(a_lo)
+    hi = list(a_hi)
+    for k in range(len(lo)):
+        if lo[k] < b_lo[k]:
+            p_hi = hi.copy()
+            p_hi[k] = b_lo[k] - 1
+            out.append((tuple(lo), tuple(p_hi)))
+            lo[k] = b_lo[k]
+        if hi[k] > b_hi[k]:
+            p_lo = lo.copy()
+            p_lo[k] = b_hi[k] + 1
+            out.append((tuple(p_lo), tuple(hi)))
+            hi[k] = b_hi[k]
+    return out
+
+
+def resolve(fills: Iterable[TupleBox], values: Sequence[Value]) -> list[TupleBox]:
+    """Disjoint boxes equal, point by point, to applying ``fills`` in order with ``fill``
+    (each point keeps the dominating value; see ``value.dominates``).
+
+    Quadratic in the number of boxes: meant for the handful of boxes one Spec gets at
+    different memory limits, in plain tuples (no numpy per-call overhead).
+    """
+    boxes: list[TupleBox] = []
+    for lo, hi, v in fills:
+        pieces = [(lo, hi)]
+        kept: list[TupleBox] = []
+        value = values[v]
+        for box in boxes:
+            blo, bhi, bv = box
+            disjoint = False
+            for x, y, u, w in zip(lo, hi, blo, bhi, strict=True):
+                if w < x or y < u:
+                    disjoint = True
+                    break
+            if disjoint:
+                kept.append(box)
+            elif bv == v or dominates(values[bv], value):
+                if pieces:
+                    pieces = [q for p in pieces for q in subtract_box(p[0], p[1], blo, bhi)]
+                kept.append(box)
+            else:  # the new value wins on the overlap: keep the old box's remainder
+                kept.extend((a, b, bv) for a, b in subtract_box(blo, bhi, lo, hi))
+        kept.extend((a, b, v) for a, b in pieces)
+        boxes = kept
+    return boxes
+
+
+def coalesce(boxes: list[TupleBox], order: Sequence[int] | None = None) -> list[TupleBox]:
+    """Merge disjoint same-valued boxes that are equal in all dims but one and touch in it,
+    sweeping the dims in ``order`` (default: all, in order) until nothing merges.
+
+    One sweep of a dim groups the boxes by everything but that dim and joins the runs of
+    touching intervals, so the cost is a few dict operations per box and dim, independent
+    of how many boxes a page holds. The result covers exactly the same points with the
+    same values. Dims where all boxes have the same extent are skipped (nothing merges).
+    """
+    if len(boxes) < 2:
+        return list(boxes)
+    d = len(boxes[0][0])
+    dims = list(range(d)) if order is None else list(order)
+    # Work on rows of (lo, hi) pairs over the dims that vary, plus the value id last.
+    varying = [k for k in dims if len({(b[0][k], b[1][k]) for b in boxes}) > 1]
+    if not varying:
+        return list(boxes)
+    rows: list[tuple[Any, ...]] = [
+        tuple((lo[k], hi[k]) for k in varying) + (lo, hi, v) for lo, hi, v in boxes
+    ]
+    m = len(varying)
+    # The full corners ride along in the rows; only the varying pairs and v form the key.
+    stable = 0
+    i = 0
+    while stable < m:
+        j = i % m
+        i += 1
+        groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        for r in rows:
+            key = r[:j] + r[j + 1 : m] + (r[m + 2],)
+            g = groups.get(key)
+            if g is None:
+                groups[key] = [r]
+            else:
+                g.append(r)
+        if len(groups) == len(rows):
+            stable += 1
+            continue
+        out: list[tuple[Any, ...]] = []
+        merged = False
+        for g in groups.values():
+            if len(g) == 1:
+                out.append(g[0])
+                continue
+            g.sort(key=lambda r: r[j])
+            first = g[0]
+            a, c = first[j]
+            for r in g[1:]:
+                x, y = r[j]
+                if c + 1 == x:
+                    c = y
+                    merged = True
+                else:
+                    out.append(first[:j] + ((a, c),) + first[j + 1 :])
+                    first, a, c = r, x, y
+            out.append(first[:j] + ((a, c),) + first[j + 1 :])
+        rows = out
+        stable = 0 if merged else stable + 1
+    result: list[TupleBox] = []
+    for r in rows:
+        lo, hi, v = r[m], r[m + 1], r[m + 2]
+        lo_l, hi_l = list(lo), list(hi)
+        for t, k in enumerate(varying):
+            lo_l[k], hi_l[k] = r[t]
+        result.append((tuple(lo_l), tuple(hi_l), v))
+    return result
 
 
 def find_overlap(

@@ -54,14 +54,21 @@ def schema_stamp() -> str:
 
 
 class PersistentMemo(DictMemo):
-    """A DictMemo that reads through to, and writes into, a `CacheStore`."""
+    """A DictMemo that reads through to, and writes into, a `CacheStore`.
+
+    The first lookup (or put) of a Spec copies everything the table knows about it into
+    the in-memory boxes; later lookups never touch the table. Puts are answered by the
+    in-memory boxes at once and buffered; `sync` (run by `flush`) inserts them into the
+    compressed table in bulk (`MemoTable.put_many`), which is several times cheaper than
+    merging them into the pages one by one while the DP runs.
+    """
 
     def __init__(self, target_id: str, root: Path | None = None) -> None:
         super().__init__()
         self.store = CacheStore(schema_stamp(), target_id, root=root)
         self.cache_hits = 0
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
-        self._seeded: dict[int, LogicalSpec] = {}  # keeps seeded Specs (and their ids) alive
+        self._pending: list[tuple[LogicalSpec, Limits, Result]] = []
 
     def _locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
         """`locate`, cached per interned Spec (kept alive so its id stays unique)."""
@@ -72,12 +79,27 @@ class PersistentMemo(DictMemo):
         return found[1], found[2]
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
-        hit = super().get(spec, limits)
-        if hit is not None or id(spec) in self._seeded:
-            return hit
-        # First time we see this Spec: copy everything the table knows about it, at every
-        # memory limit, into the in-memory boxes. Later lookups never touch the table.
-        self._seeded[id(spec)] = spec
+        # DictMemo.get, inlined: this is the DP's hottest call. A Spec has an entry
+        # exactly when it was seeded from the table.
+        entry = self._boxes.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            entry = self._seed(spec)
+        r0, r1, r2, r3 = limits
+        for lo, hi, hit in entry[1]:
+            if (
+                lo[0] <= r0 <= hi[0]
+                and lo[1] <= r1 <= hi[1]
+                and lo[2] <= r2 <= hi[2]
+                and lo[3] <= r3 <= hi[3]
+            ):
+                return hit
+        return None
+
+    def _seed(self, spec: LogicalSpec) -> tuple[LogicalSpec, list[tuple[Limits, Limits, Hit]]]:
+        """Copy everything the table knows about `spec`, at every memory limit, into the
+        in-memory boxes (an empty list when it knows nothing); return the entry."""
+        entry: tuple[LogicalSpec, list[tuple[Limits, Limits, Hit]]] = (spec, [])
+        self._boxes[id(spec)] = entry
         key, pt = self._locate(spec)
         for lo_c, hi_c, value in self.store.table.slice_at(key, pt):
             result: Result
@@ -93,21 +115,53 @@ class PersistentMemo(DictMemo):
             hi = tuple(limit_from_coord(i, c) for i, c in enumerate(hi_c))
             self.add_box(spec, lo, hi, result)
             self.cache_hits += 1
-        return super().get(spec, limits)
+        return entry
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
+        entry = self._boxes.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            self._seed(spec)  # keep "has an entry" == "was seeded"
         super().put(spec, hi, result)
-        key, pt = self._locate(spec)
-        value: MemoValue | Unsat
-        if result is None:
-            lo, value = ZERO, UNSAT
-        else:
-            c = result.cost
-            lo = c.peaks
-            value = MemoValue(Fraction(c.main, spec.volume), tuple(c.peaks), c.depth, result.action)
-        self.store.put(key, pt + memory_coords(lo), pt + memory_coords(hi), value)
+        self._pending.append((spec, hi, result))
+
+    def sync(self) -> None:
+        """Insert the buffered puts into the compressed table (`flush` calls this)."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        by_key: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], MemoValue | Unsat]]] = {}
+        coords: dict[Limits, tuple[int, ...]] = {}
+        values: dict[tuple[object, ...], MemoValue] = {}
+        for spec, hi, result in pending:
+            key, pt = self._locate(spec)
+            value: MemoValue | Unsat
+            if result is None:
+                lo, value = ZERO, UNSAT
+            else:
+                c = result.cost
+                lo = c.peaks
+                vkey = (c.main, spec.volume, c.peaks, c.depth, result.action)
+                found = values.get(vkey)
+                if found is None:
+                    found = values[vkey] = MemoValue(
+                        Fraction(c.main, spec.volume), tuple(c.peaks), c.depth, result.action
+                    )
+                value = found
+            lo_c = coords.get(lo)
+            if lo_c is None:
+                lo_c = coords[lo] = memory_coords(lo)
+            hi_c = coords.get(hi)
+            if hi_c is None:
+                hi_c = coords[hi] = memory_coords(hi)
+            fills = by_key.get(key)
+            if fills is None:
+                fills = by_key[key] = []
+            fills.append((pt + lo_c, pt + hi_c, value))
+        for key, fills in by_key.items():
+            self.store.put_many(key, fills)
 
     def flush(self) -> int:
+        self.sync()
         return self.store.flush()
 
     @property

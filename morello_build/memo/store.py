@@ -41,7 +41,7 @@ import secrets
 import stat
 import struct
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -505,6 +505,19 @@ class CacheStore:
         if isinstance(value, MemoValue) and len(value.peaks) != self.memory_dims:
             raise ValueError(f"{value!r} has {len(value.peaks)} peaks, want {self.memory_dims}")
         self.table.put(key, lo, hi, value)
+
+    def put_many(self, key: str, fills: Iterable[tuple[Coords, Coords, Value]]) -> None:
+        """See ``MemoTable.put_many``; each value must have one peak per memory level."""
+        md = self.memory_dims
+
+        def checked() -> Iterator[tuple[Coords, Coords, Value]]:
+            for fill in fills:
+                v = fill[2]
+                if isinstance(v, MemoValue) and len(v.peaks) != md:
+                    raise ValueError(f"{v!r} has {len(v.peaks)} peaks, want {md}")
+                yield fill
+
+        self.table.put_many(key, checked())
 
     def page_path(self, key: str, page_point: tuple[int, ...]) -> Path | None:
         """The file that holds one page (None when caching is off)."""

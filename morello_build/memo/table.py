@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .boxes import Box, Coords, Page
+from .boxes import Box, Coords, Page, TupleBox, coalesce, resolve
 from .value import Value
 
 __all__ = ["Loader", "MemoTable", "PageId", "TableStats"]
@@ -238,6 +238,69 @@ class MemoTable:
             if page.fill(clo, chi, value):
                 self.dirty.add((key, pp))
                 self._invalidate_box(key, clo, chi)
+
+    def put_many(self, key: str, fills: Iterable[tuple[Coords, Coords, Value]]) -> None:
+        """``put`` every ``(lo, hi, value)`` of ``fills``: the same table, point by point,
+        as putting them one by one (puts commute), but much faster for DP puts.
+
+        A DP put covers one point in the non-memory coordinates and a box of memory limits.
+        Such fills are grouped per point and made disjoint there (``resolve``), then each
+        page's boxes are merged in one sweep per dim (``coalesce``, memory dims first) and
+        handed to the page at once. Other fills take the ordinary ``put`` path.
+        """
+        k_dims = -1
+        values: list[Value] = []
+        vid_of: dict[Value, int] = {}
+        points: dict[tuple[int, ...], list[TupleBox]] = {}
+        others: list[tuple[tuple[int, ...], tuple[int, ...], Value]] = []
+        for lo, hi, value in fills:
+            lo_t = tuple(map(int, lo))
+            hi_t = tuple(map(int, hi))
+            d = len(lo_t)
+            if len(hi_t) != d:
+                raise ValueError(f"corners differ in length: {lo_t} vs {hi_t}")
+            for a, b in zip(lo_t, hi_t, strict=True):
+                if a > b or a < 0:
+                    raise ValueError(f"bad box [{lo_t}, {hi_t}]: need 0 <= lo <= hi")
+            if k_dims < 0:
+                self._check_dims(key, d)
+                k_dims = d - self.memory_dims
+            elif d != k_dims + self.memory_dims:
+                self._check_dims(key, d)  # raises
+            pt = lo_t[:k_dims]
+            if pt != hi_t[:k_dims]:
+                others.append((lo_t, hi_t, value))
+                continue
+            vid = vid_of.get(value)
+            if vid is None:
+                vid = vid_of[value] = len(values)
+                values.append(value)
+            mem = (lo_t[k_dims:], hi_t[k_dims:], vid)
+            at = points.get(pt)
+            if at is None:
+                points[pt] = [mem]
+            else:
+                at.append(mem)
+        if points:
+            B = self.block
+            pages: dict[tuple[int, ...], list[TupleBox]] = {}
+            for pt, mems in points.items():
+                if len(mems) > 1:
+                    mems = resolve(mems, values)
+                pp = tuple(c // B for c in pt)
+                boxes = pages.get(pp)
+                if boxes is None:
+                    boxes = pages[pp] = []
+                boxes.extend((pt + lo, pt + hi, v) for lo, hi, v in mems)
+            d = k_dims + self.memory_dims
+            order = list(range(k_dims, d)) + list(range(k_dims))
+            for pp, boxes in pages.items():
+                page = self._page_for_write(key, pp, d)
+                if page.fill_disjoint(coalesce(boxes, order), values):
+                    self.dirty.add((key, pp))
+            self.invalidate_cache()
+        for lo_t, hi_t, value in others:
+            self.put(key, lo_t, hi_t, value)
 
     def _page_for_write(self, key: str, pp: tuple[int, ...], d: int) -> Page:
         page = self._pages.get((key, pp))
