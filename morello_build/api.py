@@ -76,12 +76,22 @@ class Synthesis:
     seconds: float
 
 
-def make_memo(isa: str, use_cache: bool) -> Memo:
+def cache_target_id(target: Target) -> str:
+    """The persistent cache's target name: the ISA, plus the thread count when above one.
+
+    The cache stores indices into a Spec's action list, and a Spec that may run in
+    parallel has parallel tilings in that list only when the target has several threads;
+    the same index would name another action at another thread count.
+    """
+    return target.isa if target.processors == 1 else f"{target.isa}-t{target.processors}"
+
+
+def make_memo(target: Target, use_cache: bool) -> Memo:
     if not use_cache:
         return DictMemo()
     from morello_build.memo.persistent import PersistentMemo
 
-    return PersistentMemo(isa)
+    return PersistentMemo(cache_target_id(target))
 
 
 def synthesize(
@@ -99,7 +109,7 @@ def synthesize(
     tgt = get_target(isa, threads)
     tgt.check_spec(ls)
     if memo is None:
-        memo = make_memo(isa, use_cache)
+        memo = make_memo(tgt, use_cache)
     start = time.perf_counter()
     search = Search(tgt, memo, progress=progress)
     impl = search.reconstruct(Spec(ls, tgt.max_limits))

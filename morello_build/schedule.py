@@ -113,7 +113,7 @@ class Schedule:
         from morello_build.api import make_memo
         from morello_build.search.dp import Search
 
-        search = Search(self.target, make_memo(self.target.isa, use_cache))
+        search = Search(self.target, make_memo(self.target, use_cache))
 
         def fill(node: Impl, limits: Limits) -> Impl:
             if isinstance(node, Hole):

@@ -96,3 +96,29 @@ def test_buffered_puts_reach_the_table_with_the_dps_answers(cache_dir):
                 assert got is not None and got.result == hit.result, (spec, corner)
                 checked += 1
     assert checked > 100
+
+
+def test_thread_counts_have_their_own_cache_tables():
+    """A Spec that may run in parallel has parallel tilings in its action list only with
+    several threads; the cache stores indices into that list, so each thread count gets its
+    own table."""
+    from morello_build.actions.enumerate import actions_for
+    from morello_build.api import cache_target_id
+    from morello_build.ir.text import parse_spec
+    from morello_build.target.x86 import get_target
+
+    one, two = get_target("avx512", 1), get_target("avx512", 2)
+    assert cache_target_id(one) == "avx512" and cache_target_id(two) == "avx512-t2"
+    spec = parse_spec("Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)")
+    assert len(actions_for(spec, two)) > len(actions_for(spec, one))
+
+
+@pytest.mark.slow
+def test_a_two_thread_run_does_not_replay_one_thread_solutions(cache_dir):
+    """128^3 starts with to_accum, whose index comes after the parallel tilings: replayed
+    from a one-thread table it named another action (the bug this guards against)."""
+    text = "Matmul(1x128x128x128, f32:GL:row, f32:GL:row, f32:GL:row)"  # not serial
+    for threads in (1, 2):
+        plain = synthesize(text, "avx512", threads=threads, use_cache=False)
+        cached = synthesize(text, "avx512", threads=threads)
+        assert cached.impl == plain.impl, threads
