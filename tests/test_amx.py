@@ -119,6 +119,7 @@ def test_hand_scheduled_amx_kernel_matches_numpy(m, k, n):
     assert src.index("_tile_loadconfig") < src.index("_tile_loadd")  # once, in the prologue
     assert src.count("_tile_loadconfig(") == 1 and src.count("_tile_release();") == 1
     assert "_mm512_unpacklo_epi16" in src  # B packed with vector shuffles
+    assert "which the OS refused" in src  # a refused permission says why before abort()
     _needs_amx()
     for cc in COMPILERS:
         _verify(kernel, cc)

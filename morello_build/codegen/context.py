@@ -49,8 +49,12 @@ HELPERS: dict[str, str] = {
         "    if (__atomic_load_n(&granted, __ATOMIC_RELAXED))\n"
         "        return;\n"
         f"    {AMX_PERMISSION_ASM}\n"
-        "    if (ret != 0)\n"
-        "        abort(); /* no AMX for this process (kernel too old or AMX disabled) */\n"
+        "    if (ret != 0) {\n"
+        '        fputs("morello-build: this AMX kernel needs tile data, which the OS refused"\n'
+        '              " (Linux 5.16 or newer with AMX enabled); build for avx512 or dispatch\\n",\n'
+        "              stderr);\n"
+        "        abort();\n"
+        "    }\n"
         "    __atomic_store_n(&granted, 1, __ATOMIC_RELAXED);\n"
         "}\n"
         "\n"
@@ -122,6 +126,7 @@ class Ctx:
             self.use_helper(h)
         self.includes.add("immintrin.h")
         self.includes.add("stdlib.h")
+        self.includes.add("stdio.h")
         target = self.parallel_setups[-1] if self.parallel_setups else self.setups
         if name not in target:
             target.append(name)

@@ -315,7 +315,7 @@ def generate_c(
         f"/* {spec.text()} */",
         "",
     ]
-    for inc in ("immintrin.h", "stdlib.h", "string.h"):
+    for inc in ("immintrin.h", "stdio.h", "stdlib.h", "string.h"):
         if inc in ctx.includes:
             out.append(f"#include <{inc}>")
     out.append(f'#include "{name}.h"')
