@@ -148,22 +148,18 @@ int main(void) {
 
 
 def amx_peak_gflops() -> float:
-    """Best-of-7 bf16 GFLOP/s of independent `tdpbf16ps` (4 C tiles, 16x16x32 each)."""
-    src = r"""
-#include <immintrin.h>
-#include <stdio.h>
-#include <time.h>
-static const unsigned char cfg[64] __attribute__((aligned(64))) = {
-    [0] = 1, [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64,
-    [30] = 64, [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16,
-    [55] = 16};
+    """Best-of-7 bf16 GFLOP/s of independent `tdpbf16ps` (4 C tiles, 16x16x32 each), with
+    the tile configuration and OS permission helper the generated kernels use."""
+    from morello_build.codegen.context import HELPERS
+
+    src = (
+        "#include <immintrin.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n"
+        + HELPERS["amx"]
+        + r"""
 int main(void) {
-    long ret;
-    __asm__ __volatile__("syscall" : "=a"(ret) : "0"(158L), "D"(0x1023L), "S"(18L)
-                         : "rcx", "r11", "memory");
-    if (ret != 0) return 1;
     static unsigned short zero[512] __attribute__((aligned(64)));
-    _tile_loadconfig(cfg);
+    mb_amx_enable();
+    _tile_loadconfig(mb_amx_cfg);
     _tile_loadd(4, zero, 64); _tile_loadd(5, zero, 64);
     _tile_loadd(6, zero, 64); _tile_loadd(7, zero, 64);
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -186,6 +182,7 @@ int main(void) {
     return 0;
 }
 """
+    )
     return float(_run_c(src, ["-mamx-tile", "-mamx-bf16"]))
 
 

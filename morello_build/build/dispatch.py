@@ -79,10 +79,10 @@ def dispatcher_source(name: str, variants: Sequence[tuple[str, KernelABI]]) -> s
     ]
     fallback = None
     for isa, abi in variants:
-        if not isa_mod.CPU_SUPPORTS[isa] and isa not in isa_mod.RUNTIME_HELPERS:
+        cond = isa_mod.runtime_condition(isa)
+        if cond == "1":  # the baseline runs everywhere
             fallback = abi.name
             break
-        cond = isa_mod.runtime_condition(isa)
         lines += [f"    if ({cond})", f"        return {abi.name};"]
     if fallback is not None:
         lines += [f"    return {fallback};", "}"]

@@ -15,6 +15,7 @@ from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import MEM, VRF, CodegenError, Loc, View, coords
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.spec import LogicalSpec
+from morello_build.target.isa import isa_includes
 from morello_build.target.kernels import AMX_K_STEP, AMX_TILE, STREAM_ACCUMULATORS
 
 Emitter = Callable[[Ctx, LogicalSpec, tuple[View, ...]], None]
@@ -251,6 +252,14 @@ def _dot_product(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...], variant: 
     ctx.close()
 
 
+def _offset_from(ctx: Ctx, view: View, base: Loc, coord: tuple[int, ...]) -> int | None:
+    """Element offset of `coord` from `base` when it is a compile-time constant."""
+    loc = ctx.amap.loc(view, coord)
+    if loc.addr is None or base.addr is None or not loc.addr.same_base(base.addr):
+        return None
+    return loc.addr.affine.const - base.addr.affine.const
+
+
 def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: int) -> Loc | None:
     """Location of `coord` when the next `length` elements along `axis` follow it in memory."""
     if view.buf.kind != MEM:
@@ -263,12 +272,7 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
             continue
         p = list(coord)
         p[axis] += step
-        loc = ctx.amap.loc(view, tuple(p))
-        assert loc.addr is not None
-        if (
-            not loc.addr.same_base(first.addr)
-            or loc.addr.affine.const != first.addr.affine.const + step
-        ):
+        if _offset_from(ctx, view, first, tuple(p)) != step:
             return None
     return first
 
@@ -303,7 +307,7 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     # the even- and odd-indexed values as f32 (2 ops per 32 values instead of 2 widening
     # loads and 2 shifts). Accumulators then hold even/odd lanes, so the output pair is
     # deinterleaved after loading and re-interleaved before storing (once per call).
-    pairs = bf16 and ctx.isa in ("avx512", "amx")
+    pairs = bf16 and isa_includes(ctx.isa, "avx512")
     if pairs:
         ctx.includes.add("immintrin.h")
         wide = ctx.vtype(Dtype.U32, lanes)
@@ -383,14 +387,6 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
 # --------------------------------------------------------------------------- AMX
 
 
-def _offset_from(ctx: Ctx, view: View, base: Loc, coord: tuple[int, ...]) -> int | None:
-    """Element offset of `coord` from `base` when it is a compile-time constant."""
-    loc = ctx.amap.loc(view, coord)
-    if loc.addr is None or base.addr is None or not loc.addr.same_base(base.addr):
-        return None
-    return loc.addr.affine.const - base.addr.affine.const
-
-
 def _strided_rows(
     ctx: Ctx,
     view: View,
@@ -416,6 +412,27 @@ def _strided_rows(
     return base, stride
 
 
+def _row_major_rows(ctx: Ctx, view: View, rows: int, cols: list[int], what: str) -> tuple[Loc, int]:
+    """`_strided_rows` of a 1 x rows x cols tile stored row by row."""
+    return _strided_rows(
+        ctx, view, lambda r, j: (0, r, j), rows, cols, lambda r, j, st: r * st + j, what
+    )
+
+
+def _k_pair_rows(ctx: Ctx, view: View, pairs: int, cols: list[int], what: str) -> tuple[Loc, int]:
+    """`_strided_rows` of a 1 x K x N tile in k-pairs: (k, j) at (k // 2) * stride + 2j + k % 2
+    (`cols` are sampled columns j; each pair row holds 2 values per column)."""
+    return _strided_rows(
+        ctx,
+        view,
+        lambda p, j: (0, 2 * p + j % 2, j // 2),
+        pairs,
+        sorted({2 * x + e for x in cols for e in (0, 1)}),
+        lambda p, j, st: p * st + j,
+        what,
+    )
+
+
 def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     """c (+)= a @ b on AMX tiles (`AmxTileMatmulBf16F32`; layouts in `target.kernels`).
 
@@ -433,22 +450,9 @@ def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     mt, nt, ks = m // t, n // t, kk // AMX_K_STEP
     kcols = sorted({0, 1, AMX_K_STEP - 1, kk // 2, kk - AMX_K_STEP, kk - 1})
     ncols = sorted({0, 1, t - 1, t, n - 1} & set(range(n)))
-    a0, sa = _strided_rows(
-        ctx, a, lambda r, k: (0, r, k), m, kcols, lambda r, k, st: r * st + k, "AMX lhs"
-    )
-    # B in k-pairs: element (k, j) at (k // 2) * stride + 2 * j + k % 2.
-    b0, sb = _strided_rows(
-        ctx,
-        b,
-        lambda p, j: (0, 2 * p + j % 2, j // 2),
-        kk // 2,
-        sorted({2 * x + e for x in ncols for e in (0, 1)}),
-        lambda p, j, st: p * st + j,
-        "AMX rhs (k-pair layout)",
-    )
-    c0, sc = _strided_rows(
-        ctx, c, lambda r, j: (0, r, j), m, ncols, lambda r, j, st: r * st + j, "AMX out"
-    )
+    a0, sa = _row_major_rows(ctx, a, m, kcols, "AMX lhs")
+    b0, sb = _k_pair_rows(ctx, b, kk // 2, ncols, "AMX rhs (k-pair layout)")
+    c0, sc = _row_major_rows(ctx, c, m, ncols, "AMX out")
     for buf, want in ((a.buf, Dtype.BF16), (b.buf, Dtype.BF16), (c.buf, Dtype.F32)):
         if buf.dtype != want:
             raise CodegenError(f"AMX tile matmul: {buf.name} is {buf.dtype}, not {want}")
@@ -506,18 +510,8 @@ def _pack_bf16_pairs(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     if kk % 2 or n % 16:
         raise CodegenError(f"PackBf16Pairs does not apply to {spec.text()}")
     cols = sorted({0, 1, n // 2, n - 1})
-    s0, ss = _strided_rows(
-        ctx, src, lambda r, j: (0, r, j), kk, cols, lambda r, j, st: r * st + j, "pack source"
-    )
-    d0, sd = _strided_rows(
-        ctx,
-        dst,
-        lambda p, j: (0, 2 * p + j % 2, j // 2),
-        kk // 2,
-        sorted({2 * x + e for x in cols for e in (0, 1)}),
-        lambda p, j, st: p * st + j,
-        "pack destination (k-pair layout)",
-    )
+    s0, ss = _row_major_rows(ctx, src, kk, cols, "pack source")
+    d0, sd = _k_pair_rows(ctx, dst, kk // 2, cols, "pack destination (k-pair layout)")
     ctx.includes.add("immintrin.h")
     u = ctx.fresh()
     p = f"p{u}"

@@ -426,30 +426,18 @@ def _grow(arr: IntArray, cap: int) -> IntArray:
 def _subtract(
     a_lo: IntArray, a_hi: IntArray, b_lo: IntArray, b_hi: IntArray
 ) -> list[tuple[IntArray, IntArray]]:
-    """``A \\ B`` as at most 2d disjoint boxes (slab decomposition, one dim at a time)."""
-    if (b_hi < a_lo).any() or (a_hi < b_lo).any():
-        return [(a_lo, a_hi)]
-    out: list[tuple[IntArray, IntArray]] = []
-    lo = a_lo.copy()
-    hi = a_hi.copy()
-    for k in range(lo.shape[0]):
-        if lo[k] < b_lo[k]:
-            p_hi = hi.copy()
-            p_hi[k] = b_lo[k] - 1
-            out.append((lo.copy(), p_hi))
-            lo[k] = b_lo[k]
-        if hi[k] > b_hi[k]:
-            p_lo = lo.copy()
-            p_lo[k] = b_hi[k] + 1
-            out.append((p_lo, hi.copy()))
-            hi[k] = b_hi[k]
-    return out
+    """``A \\ B`` as at most 2d disjoint boxes: `subtract_box` on a page's array rows."""
+    pieces = subtract_box(
+        tuple(a_lo.tolist()), tuple(a_hi.tolist()), tuple(b_lo.tolist()), tuple(b_hi.tolist())
+    )
+    return [(np.array(lo, dtype=_DTYPE), np.array(hi, dtype=_DTYPE)) for lo, hi in pieces]
 
 
 def subtract_box(
     a_lo: tuple[int, ...], a_hi: tuple[int, ...], b_lo: tuple[int, ...], b_hi: tuple[int, ...]
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """``A \\ B`` on plain tuples: at most 2d disjoint boxes (same slabs as ``_subtract``).
+    """``A \\ B`` on plain tuples: at most 2d disjoint boxes (slab decomposition, one dim
+    at a time).
 
     Pure Python: for the few coordinates of a memory box this beats numpy's per-call cost.
     """

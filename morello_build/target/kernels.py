@@ -17,6 +17,7 @@ from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
+from morello_build.target.isa import isa_includes
 from morello_build.target.x86 import Target
 
 F32, BF16 = Dtype.F32, Dtype.BF16
@@ -189,7 +190,7 @@ def _dot_bf16_cost(s: LogicalSpec, t: Target) -> int:
 def _vdpbf16_applies(s: LogicalSpec, t: Target) -> bool:
     dts = tuple(o.dtype for o in s.operands)
     return (
-        t.isa in ("avx512", "amx")
+        isa_includes(t.isa, "avx512")
         and _dot_shape(s)
         and dts == (BF16, BF16, F32)
         and s.shape[2] % 32 == 0
@@ -333,7 +334,7 @@ def amx_pairs_layout(shape: tuple[int, ...]) -> lay.Layout | None:
     """`[1,2,1p2]` for a 1 x K x N tensor (None when K is odd or the layout collapses)."""
     if len(shape) != 3 or shape[1] % 2 or shape[1] < 4 or shape[2] < 2:
         return None
-    return lay.canonicalize(lay.Layout(AMX_PAIRS_DIMS, 3), shape)
+    return lay.packed((0, 1, 2), 1, 2, shape)
 
 
 def _mem(t: TensorSpec) -> bool:
