@@ -20,9 +20,10 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
   (m == 1): the copy is a whole extra pass over B (this is what keeps matrix-vector
   synthesis with long N fast: 1x2048x16384 bf16 went from ~250k Specs to ~8k);
 - VRF moves use one vector size: as many f32 values as the widest register holds (so a
-  bf16 vector widens into exactly one f32 vector), or the widest that fits the tensor in
-  whole registers, or else (f32 rows narrower than that) the narrowest register that
-  holds a row, padded and accessed with lane masks;
+  bf16 vector widens into exactly one f32 vector), f32 rows wider than that in such
+  registers with the last one padded (accessed with lane masks), or the widest that fits
+  the tensor in whole registers, or else (f32 rows narrower than that) the narrowest
+  register that holds a row, padded (see `_vector_size`);
 - Move and Zero Specs get no same-level moves (a copy of a copy never helps);
 - output tile sizes are powers of two and the whole dim, plus, for a Matmul's rows (m),
   the target's register-filling heights (`Target.register_rows`, e.g. AVX2 6x16).
@@ -175,10 +176,13 @@ def _tilings(spec: LogicalSpec, target: Target) -> list[Action]:
 
 def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target) -> int | None:
     """One vector size for a VRF move, first that applies of:
-    1. whole registers per row: the preferred width, else the widest that divides a row;
-    2. f32 rows narrower than the preferred width: the narrowest register holding a row,
-       padded (lane masks);
-    3. registers running across rows (only contiguous copies can use those)."""
+    1. whole registers per row of the preferred width;
+    2. f32 rows wider than that: preferred registers, the last one padded (lane masks),
+       which takes fewer registers than any narrower width dividing the row;
+    3. whole registers per row of the widest width that divides a row;
+    4. f32 rows narrower than the preferred width: the narrowest register holding a row,
+       padded;
+    5. registers running across rows (only contiguous copies can use those)."""
     preferred = target.lanes(Dtype.F32) if dtype.is_float else target.lanes(dtype)
     legal = target.vector_sizes(dtype)
     full = layout.with_full_contig()
@@ -188,9 +192,12 @@ def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target
     row = phys[-1] if phys else 1
     widest_first = [preferred] + sorted((v for v in legal if v != preferred), reverse=True)
     narrowest_first = sorted(v for v in legal if v <= preferred)
+    padded = [vs for vs in narrowest_first if padded_axis(t.shape, dtype, full, vs) is not None]
     steps = (
+        [preferred] if row % preferred == 0 else [],
+        [vs for vs in padded if vs == preferred < row],
         [vs for vs in widest_first if row % vs == 0],
-        [vs for vs in narrowest_first if padded_axis(t.shape, dtype, full, vs) is not None],
+        [vs for vs in padded if row < vs],
         [vs for vs in widest_first if row % vs],
     )
     for group in steps:

@@ -30,6 +30,18 @@ def shrink(spec: LogicalSpec, shape: tuple[int, ...], serial: bool) -> LogicalSp
     return canonical(spec.kind, spec.accum, shape, tuple(ops), serial)
 
 
+def register_aligned(spec: LogicalSpec, tile: tuple[int, ...]) -> bool:
+    """Every tile of a padded register tensor starts on a register: its rows are tiled
+    whole or in whole registers, so a loop's remainder is the rows' last registers."""
+    for o, dims in zip(spec.operands, spec.dim_maps()):
+        axis = o.padded_axis
+        if axis is not None and o.vector_size:
+            width = tile[dims[axis]]
+            if width != o.shape[axis] and width % o.vector_size:
+                return False
+    return True
+
+
 def boundary_regions(
     shape: tuple[int, ...], tile: tuple[int, ...]
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -73,6 +85,8 @@ def _loop_plan(
     if tile == spec.shape or any(t > s or t < 1 for t, s in zip(tile, spec.shape)):
         return None
     if parallel and (spec.serial or any(not o.level.parallel_tileable for o in spec.operands)):
+        return None
+    if not register_aligned(spec, tile):
         return None
     body = shrink(spec, tile, spec.serial or parallel)
     if body is None:

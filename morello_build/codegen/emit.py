@@ -189,8 +189,9 @@ class _Emitter:
             assert vs
             pad = t.padded_axis
             shape = t.shape
-            if pad is not None:  # each row of the padded axis fills lanes 0.. of a register
-                shape = tuple(vs if i == pad else d for i, d in enumerate(t.shape))
+            if pad is not None:  # each row of the padded axis starts a register
+                regs = -(-t.shape[pad] // vs)
+                shape = tuple(regs * vs if i == pad else d for i, d in enumerate(t.shape))
             row = t.shape[pad] if pad is not None else 0
             buf = Buffer(f"v{n}", t.dtype, shape, t.layout, VRF, vs, padded=row)
             count = buf.physical_volume() // vs

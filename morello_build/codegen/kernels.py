@@ -47,9 +47,14 @@ def _is_full(view: View, members: list[tuple[tuple[int, ...], int]]) -> bool:
 
 
 def _is_padded_row(view: View, members: list[tuple[tuple[int, ...], int]]) -> bool:
-    """The members are exactly the valid lanes of one register of a padded VRF buffer."""
-    n = view.buf.padded
-    return n > 0 and sorted(lane for _, lane in members) == list(range(n))
+    """The members are exactly the valid lanes of a padded row's last register."""
+    buf = view.buf
+    if not buf.padded or sorted(lane for _, lane in members) != list(range(buf.last_lanes())):
+        return False
+    axis = buf.layout.dims[-1].axis  # the padded axis: rows run along it
+    start = view.offset[axis]
+    p, lane = members[0]
+    return start.is_const and start.const + p[axis] - lane + buf.last_lanes() == buf.padded
 
 
 def _lane_mask(ctx: Ctx, lanes: int, valid: int) -> tuple[str, str]:
@@ -602,7 +607,7 @@ def _vector_assign(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None
         if run is not None:
             vs = reg.buf.vector_size
             assert vs
-            load, store = _lane_mask(ctx, vs, reg.buf.padded)
+            load, store = _lane_mask(ctx, vs, reg.buf.last_lanes())
             if loading:
                 ctx.line(f"{name} = ({ctx.vtype(Dtype.F32, vs)}){load.format(src=run.ref())};")
             else:

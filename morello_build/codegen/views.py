@@ -88,10 +88,15 @@ class Buffer:
     layout: lay.Layout
     kind: str  # MEM | RF | VRF
     vector_size: int | None = None
-    #: VRF only, 0 unless padded: the valid lanes of each register (one row of a tensor
-    #: narrower than a register); the lanes past it are padding that whole-register
-    #: arithmetic may clobber and that loads and stores mask off.
+    #: VRF only, 0 unless padded: the length of each row of the tensor (`shape` rounds
+    #: it up to whole registers). The lanes past a row's end are padding that
+    #: whole-register arithmetic may clobber and that loads and stores mask off.
     padded: int = 0
+
+    def last_lanes(self) -> int:
+        """The valid lanes of a padded row's last register."""
+        assert self.vector_size and self.padded
+        return self.padded % self.vector_size
 
     @property
     def terms(self) -> tuple[tuple[int, int, int, int, int], ...]:

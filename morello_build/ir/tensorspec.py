@@ -40,18 +40,19 @@ class TensorSpec(NamedTuple):
 
     @property
     def padded_axis(self) -> int | None:
-        """For a padded VRF tensor, the axis whose rows each fill part of one register."""
+        """For a padded VRF tensor, the axis whose rows end in a partly filled register."""
         if self.vector_size is None:
             return None
         return padded_axis(self.shape, self.dtype, self.layout, self.vector_size)
 
     @property
     def registers(self) -> int:
-        """Vector registers a VRF tensor occupies (a padded row takes a whole register)."""
+        """Vector registers a VRF tensor occupies (a padded row rounds up to whole ones)."""
         assert self.vector_size
         axis = self.padded_axis
         if axis is not None:
-            return self.volume // self.shape[axis]
+            row = self.shape[axis]
+            return self.volume // row * -(-row // self.vector_size)
         return -(-self.volume // self.vector_size)
 
     def memory_units(self) -> int:
@@ -115,12 +116,14 @@ MASKED_DTYPES = frozenset({Dtype.F32})
 
 
 def padded_axis(shape: tuple[int, ...], dtype: Dtype, layout: lay.Layout, vs: int) -> int | None:
-    """The innermost axis of a VRF tensor whose rows are narrower than one register.
+    """The innermost axis of a VRF tensor whose rows do not fill whole registers.
 
-    Such a tensor is *padded*: each row (all of the innermost axis, 1 < r < vs values) sits
-    in lanes 0..r-1 of its own register, and the code generator loads and stores it with
-    lane masks. This is what lets a remainder strip (e.g. the last 10 of 250 columns) use
-    one masked vector per row instead of narrower vectors plus scalar code.
+    Such a tensor is *padded*: each row (all of the innermost axis, r > 1 values, r not a
+    multiple of vs) starts a register of its own and fills ceil(r / vs) of them, the last
+    one in lanes 0..r % vs - 1; the code generator loads and stores that one with lane
+    masks. This is what lets a remainder strip (e.g. the last 26 of 250 columns) run as
+    one register tile (8x26: 16 accumulators, one pass over A) instead of a 16-column pass
+    and a masked 10-column pass.
     """
     if dtype not in MASKED_DTYPES or not layout.dims:
         return None
@@ -128,14 +131,14 @@ def padded_axis(shape: tuple[int, ...], dtype: Dtype, layout: lay.Layout, vs: in
     if last.kind != lay.DYN or layout.contig < 1:
         return None
     r = shape[last.axis]
-    return last.axis if 1 < r < vs else None
+    return last.axis if r > 1 and r % vs else None
 
 
 def vector_fits(
     shape: tuple[int, ...], layout: lay.Layout, vs: int, dtype: Dtype | None = None
 ) -> bool:
     """A VRF tensor is whole registers, each inside one contiguous run of its layout (or,
-    for `MASKED_DTYPES`, padded rows narrower than a register: see `padded_axis`)."""
+    for `MASKED_DTYPES`, padded rows: see `padded_axis`)."""
     if dtype is not None and padded_axis(shape, dtype, layout, vs) is not None:
         return True
     if math.prod(shape) % vs:
@@ -157,12 +160,19 @@ def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     if new_layout is None:
         return None
     if t.vector_size is not None:
+        vs = t.vector_size
         parent_pad = t.padded_axis
-        tile_pad = padded_axis(tile, t.dtype, new_layout, t.vector_size)
+        tile_pad = padded_axis(tile, t.dtype, new_layout, vs)
         if parent_pad is not None:
-            # Tiles of a padded tensor are whole padded rows (their lanes start at 0).
-            if tile_pad != parent_pad or tile[parent_pad] != t.shape[parent_pad]:
+            # Whole padded rows, or pieces of them that start on a register: whole
+            # registers, or a row's last registers (`tile.register_aligned` keeps the
+            # tiles of a loop aligned, so only its remainder is such an end piece).
+            width, row = tile[parent_pad], t.shape[parent_pad]
+            if tile_pad is None:
+                if width % vs or not vector_fits(tile, new_layout, vs):
+                    return None
+            elif tile_pad != parent_pad or (row - width) % vs:
                 return None
-        elif tile_pad is not None or not vector_fits(tile, new_layout, t.vector_size):
+        elif tile_pad is not None or not vector_fits(tile, new_layout, vs):
             return None  # a narrow piece of full registers is not a padded tensor
     return TensorSpec(tile, t.dtype, t.level, new_layout, t.vector_size)
