@@ -36,11 +36,14 @@ class Target:
     #: 16): 8 accumulators (4x16) do not hide the 4-cycle FMA latency at 2 FMAs per cycle.
     #: DP kernels with and without 6 rows, same harness run, ratio to the best AVX2 peer:
     #: 32^3 0.95x vs 0.89x, 64^3 1.00x vs 0.88x, 128^3 1.05x vs 0.95x, 256^3 0.99x vs
-    #: 0.84x, 512^3 1.00x vs 0.90x, 100x37x250 0.97x vs 0.87x. AVX-512 keeps powers of two: 8x32
-    #: already holds 16 zmm accumulators. Offering 6 rows there makes the DP pick 6x64
-    #: (24 zmm) from 128^3 up; DP kernels with and without it, same harness run, ratio to
-    #: the best peer: 64^3 1.03x vs 1.00x, 128^3 0.99x vs 0.95x, but 256^3 0.99x vs 1.02x
-    #: and 512^3 0.90x vs 0.96x (a 64-wide B panel is twice the L1 footprint per k step).
+    #: 0.84x, 512^3 1.00x vs 0.90x, 100x37x250 0.97x vs 0.87x.
+    #: AVX-512 12x32 (24 zmm accumulators + 2 B vectors): 8x32 (16) leaves an FMA port
+    #: idle on broadcasts. DP kernels with 12 rows offered and without, same harness run,
+    #: means of 2 rounds of the ratio to the best peer: 32^3 1.01x vs 1.01x, 64^3 1.00x vs
+    #: 0.99x, 128^3 0.99x vs 0.99x, 256^3 1.10x vs 1.03x, 512^3 0.97x vs 0.97x, 100x37x250
+    #: 0.97x vs 0.94x. 14 rows measured the same within noise; 6 rows (6x64, 24 zmm) won
+    #: at 64^3 and 128^3 but lost at 256^3 (1.00x) and 512^3 (0.95x): a 64-wide B panel is
+    #: twice the L1 footprint per k step.
     register_rows: tuple[int, ...] = ()
 
     def vector_sizes(self, dtype: Dtype) -> tuple[int, ...]:
@@ -81,7 +84,9 @@ def get_target(name: str, threads: int = 1) -> Target:
     """`amx`, `avx512`, `avx2`, `x86-64` or `native` (the best this host supports)."""
     isa = native_isa() if name == "native" else name
     if isa == "avx512":
-        t = Target("avx512", (16, 32, 64), (16, 32, 1024, _GL_LINES), (0, 0, 1, 20), 850_000, 60)
+        t = Target(
+            "avx512", (16, 32, 64), (16, 32, 1024, _GL_LINES), (0, 0, 1, 20), 850_000, 60, 1, (12,)
+        )
     elif isa == "avx2":
         t = Target("avx2", (16, 32), (16, 16, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60, 1, (6,))
     elif isa == "amx":
