@@ -201,7 +201,8 @@ def test_register_rows_tile_only_the_m_dim() -> None:
     assert (1, 6, 64, 64) in avx2
     assert (1, 64, 64, 6) not in avx2 and (6, 64, 64, 64) not in avx2
     avx512 = {a.shape for a in enumerate_actions(spec, get_target("avx512")) if hasattr(a, "shape")}
-    assert (1, 6, 64, 64) not in avx512
+    assert (1, 12, 64, 64) in avx512 and (1, 6, 64, 64) not in avx512
+    assert (1, 64, 64, 12) not in avx512
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
@@ -211,3 +212,12 @@ def test_avx2_gemm_fills_the_register_file_with_6x16_tiles(compiler: str) -> Non
     tiles = _vrf_outputs(impl)
     assert (1, 6, 16) in tiles, tiles
     _verify(impl, "avx2", compiler)
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_avx512_gemm_uses_12x32_tiles(compiler: str) -> None:
+    """24 zmm sums (12 rows x 2 vectors) leave both FMA ports busy between broadcasts."""
+    impl = _synth("Matmul(1x48x32x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
+    tiles = _vrf_outputs(impl)
+    assert (1, 12, 32) in tiles, tiles
+    _verify(impl, "avx512", compiler)
