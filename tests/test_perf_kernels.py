@@ -221,3 +221,16 @@ def test_avx512_gemm_uses_12x32_tiles(compiler: str) -> None:
     tiles = _vrf_outputs(impl)
     assert (1, 12, 32) in tiles, tiles
     _verify(impl, "avx512", compiler)
+
+
+def test_a_zero_outside_parallel_loops_costs_main_memory_stores() -> None:
+    """A zero that runs on one thread while the others wait is priced like GL stores; a
+    zero inside a thread (a serial Spec) stays one unit per line."""
+    memset = KERNELS_BY_NAME["MemsetZero"]
+    for isa in ("avx2", "avx512"):
+        t = get_target(isa, 2)
+        shared = parse_spec("Zero(512x512, f32:GL:row)")
+        own = parse_spec("Zero(256x512, f32:GL:row, serial)")
+        assert not shared.serial and own.serial
+        assert memset.cost(shared, t) == 16384 * 20
+        assert memset.cost(own, t) == 8192

@@ -469,8 +469,19 @@ def _memset_cost(s: LogicalSpec, t: Target) -> int:
     DP zeroed outputs in memory and then loaded the zeros into the register tile. Measured
     (avx512, 96x37x256, same harness): memset + load 145 GF/s; the register tile zeroed
     in registers (`VectorZero`, no load) 170 GF/s.
+
+    A zero in a Spec that may still run threads (not `serial`) runs on one thread before
+    the parallel loops, while the other cores wait: it is charged like main-memory stores
+    (the level's hit cost per line). Measured, avx2 f32 512^3 on 2 threads, same harness
+    as MKL: the DP zeroed all of C (1 MB, ~95 us) on one thread, then packed B in a second
+    parallel region: 177 GF/s, 0.87x of MKL. Priced this way, the threads split the rows
+    and each zeroes its own (the one-thread plan inside): 0.96-0.99x. Zeros inside a
+    parallel loop or in one-thread kernels are serial Specs and keep one unit per line
+    (charging those more made the one-thread 128^3 plans slower: 0.97x -> 0.94x).
     """
-    return -(-s.operands[0].bytes // 64)
+    o = s.operands[0]
+    lines = -(-o.bytes // 64)
+    return lines if s.serial else lines * max(1, t.hit_cost[o.level])
 
 
 def _value_zero_applies(s: LogicalSpec, t: Target) -> bool:

@@ -2,8 +2,7 @@
 
 Constants follow the published Morello model (reference notes, "X86 target"): 64-byte
 lines, L1 1024 lines, GL 2^25 lines, hit cost per line L1 1 (AVX-512) / 2 (AVX2) and
-GL 20, parallel-loop overhead 850000 + 60 per iteration (the reference's AVX2 230000 is
-another machine's; see `get_target`).
+GL 20, parallel-loop overhead 850000 (AVX-512) / 230000 (AVX2) + 60 per iteration.
 `processors` is the thread count the kernel is built for (the user's `threads`), not the
 reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
 """
@@ -89,17 +88,7 @@ def get_target(name: str, threads: int = 1) -> Target:
             "avx512", (16, 32, 64), (16, 32, 1024, _GL_LINES), (0, 0, 1, 20), 850_000, 60, 1, (12,)
         )
     elif isa == "avx2":
-        # par_setup: the AVX-512 value, not the reference's 230000 (another machine's). Same
-        # cores and OpenMP runtime here, and a model unit is about the same time on both
-        # targets (1-thread 512^3: avx2 55.6M units in 2.5 ms, avx512 30.3M in 1.8 ms).
-        # f32 512^3 on 2 threads, medians of same-harness runs against MKL: at 230000 the
-        # DP zeroed all of C on one thread, then packed B in a second parallel loop shared
-        # by both threads: 177 GF/s, 0.86x of MKL; a one-region plan (threads split the rows,
-        # each zeroes its rows and packs 128-row chunks of B itself, the avx512 plan) priced
-        # 0.6% dearer ran 0.99-1.00x (202-208 GF/s). A second region, with data one core
-        # wrote and the other reads, cost ~1M units (50 us), not 230000. At 850000 the DP
-        # picks the one-region plan.
-        t = Target("avx2", (16, 32), (16, 16, 1024, _GL_LINES), (0, 0, 2, 20), 850_000, 60, 1, (6,))
+        t = Target("avx2", (16, 32), (16, 16, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60, 1, (6,))
     elif isa == "amx":
         # AVX-512 plus the AMX tile unit: the same machine model, and the AMX kernels of
         # `target.kernels` (which check `isa == "amx"`) become applicable.
