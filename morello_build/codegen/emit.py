@@ -187,13 +187,9 @@ class _Emitter:
         elif t.level is Level.VRF:
             vs = t.vector_size
             assert vs
-            pad = t.padded_axis
-            shape = t.shape
-            if pad is not None:  # each row of the padded axis starts a register
-                regs = -(-t.shape[pad] // vs)
-                shape = tuple(regs * vs if i == pad else d for i, d in enumerate(t.shape))
+            pad = t.padded_axis  # each row of the padded axis starts a register
             row = t.shape[pad] if pad is not None else 0
-            buf = Buffer(f"v{n}", t.dtype, shape, t.layout, VRF, vs, padded=row)
+            buf = Buffer(f"v{n}", t.dtype, t.register_shape, t.layout, VRF, vs, padded=row)
             count = buf.physical_volume() // vs
             vt = ctx.vtype(t.dtype, vs)
             ctx.line(f"{vt} {', '.join(f'{buf.vector_name(j)} = {{0}}' for j in range(count))};")

@@ -46,14 +46,21 @@ class TensorSpec(NamedTuple):
         return padded_axis(self.shape, self.dtype, self.layout, self.vector_size)
 
     @property
+    def register_shape(self) -> tuple[int, ...]:
+        """The shape a VRF tensor's registers hold: a padded row rounds up to whole ones."""
+        vs = self.vector_size
+        assert vs
+        axis = self.padded_axis
+        if axis is None:
+            return self.shape
+        regs = -(-self.shape[axis] // vs)
+        return tuple(regs * vs if i == axis else d for i, d in enumerate(self.shape))
+
+    @property
     def registers(self) -> int:
         """Vector registers a VRF tensor occupies (a padded row rounds up to whole ones)."""
         assert self.vector_size
-        axis = self.padded_axis
-        if axis is not None:
-            row = self.shape[axis]
-            return self.volume // row * -(-row // self.vector_size)
-        return -(-self.volume // self.vector_size)
+        return -(-math.prod(self.register_shape) // self.vector_size)
 
     def memory_units(self) -> int:
         """What this tensor charges against its level's limit (registers or lines)."""

@@ -441,9 +441,8 @@ def subtract_box(
 
     Pure Python: for the few coordinates of a memory box this beats numpy's per-call cost.
     """
-    for x, y, u, w in zip(a_lo, a_hi, b_lo, b_hi, strict=True):
-        if w < x or y < u:
-            return [(a_lo, a_hi)]
+    if _disjoint(a_lo, a_hi, b_lo, b_hi):
+        return [(a_lo, a_hi)]
     out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     lo = list(a_lo)
     hi = list(a_hi)
@@ -461,6 +460,13 @@ def subtract_box(
     return out
 
 
+def _disjoint(
+    a_lo: tuple[int, ...], a_hi: tuple[int, ...], b_lo: tuple[int, ...], b_hi: tuple[int, ...]
+) -> bool:
+    """Boxes A and B share no point (they are apart in some dim)."""
+    return any(w < x or y < u for x, y, u, w in zip(a_lo, a_hi, b_lo, b_hi, strict=True))
+
+
 def resolve(fills: Iterable[TupleBox], values: Sequence[Value]) -> list[TupleBox]:
     """Disjoint boxes equal, point by point, to applying ``fills`` in order with ``fill``
     (each point keeps the dominating value; see ``value.dominates``).
@@ -475,12 +481,7 @@ def resolve(fills: Iterable[TupleBox], values: Sequence[Value]) -> list[TupleBox
         value = values[v]
         for box in boxes:
             blo, bhi, bv = box
-            disjoint = False
-            for x, y, u, w in zip(lo, hi, blo, bhi, strict=True):
-                if w < x or y < u:
-                    disjoint = True
-                    break
-            if disjoint:
+            if _disjoint(lo, hi, blo, bhi):
                 kept.append(box)
             elif bv == v or dominates(values[bv], value):
                 if pieces:

@@ -212,14 +212,8 @@ class MemoTable:
 
         Each point keeps the better of its old value and ``value``, so puts commute.
         """
-        lo_t = tuple(map(int, lo))
-        hi_t = tuple(map(int, hi))
+        lo_t, hi_t = _corners(lo, hi)
         d = len(lo_t)
-        if len(hi_t) != d:
-            raise ValueError(f"corners differ in length: {lo_t} vs {hi_t}")
-        for a, b in zip(lo_t, hi_t, strict=True):
-            if a > b or a < 0:
-                raise ValueError(f"bad box [{lo_t}, {hi_t}]: need 0 <= lo <= hi")
         self._check_dims(key, d)
         k = d - self.memory_dims
         B = self.block
@@ -254,14 +248,8 @@ class MemoTable:
         points: dict[tuple[int, ...], list[TupleBox]] = {}
         others: list[tuple[tuple[int, ...], tuple[int, ...], Value]] = []
         for lo, hi, value in fills:
-            lo_t = tuple(map(int, lo))
-            hi_t = tuple(map(int, hi))
+            lo_t, hi_t = _corners(lo, hi)
             d = len(lo_t)
-            if len(hi_t) != d:
-                raise ValueError(f"corners differ in length: {lo_t} vs {hi_t}")
-            for a, b in zip(lo_t, hi_t, strict=True):
-                if a > b or a < 0:
-                    raise ValueError(f"bad box [{lo_t}, {hi_t}]: need 0 <= lo <= hi")
             if k_dims < 0:
                 self._check_dims(key, d)
                 k_dims = d - self.memory_dims
@@ -346,3 +334,15 @@ class MemoTable:
             s[1] += len(page)
             s[2] += page.points_covered()
         return {k: TableStats(*v) for k, v in sorted(acc.items())}
+
+
+def _corners(lo: Coords, hi: Coords) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A box's corners as int tuples, checked: same length, 0 <= lo <= hi."""
+    lo_t = tuple(map(int, lo))
+    hi_t = tuple(map(int, hi))
+    if len(hi_t) != len(lo_t):
+        raise ValueError(f"corners differ in length: {lo_t} vs {hi_t}")
+    for a, b in zip(lo_t, hi_t, strict=True):
+        if a > b or a < 0:
+            raise ValueError(f"bad box [{lo_t}, {hi_t}]: need 0 <= lo <= hi")
+    return lo_t, hi_t
