@@ -8,14 +8,14 @@ from morello_build.target.x86 import get_target
 
 
 def test_subtract_snaps_cache_levels_down():
-    assert subtract((16, 16, 64, 64), (3, 5, 3, 0)) == (13, 11, 32, 64)
-    assert subtract((16, 16, 64, 64), (17, 0, 0, 0)) is None
+    assert subtract((16, 16, 64, 96, 64), (3, 5, 3, 32, 0)) == (13, 11, 32, 64, 64)
+    assert subtract((16, 16, 64, 64, 64), (17, 0, 0, 0, 0)) is None
 
 
 def test_snap_up():
     assert next_pow2(129) == next_pow2(200) == 256
     assert next_pow2(257) == 512
-    assert snap_up((3, 5, 129, 3)) == (3, 5, 256, 4)
+    assert snap_up((3, 5, 129, 1000, 3)) == (3, 5, 256, 1024, 4)
 
 
 def _cost(kernel, text, isa="avx2"):
@@ -36,7 +36,7 @@ def test_broadcast_fma_cost_and_memory():
     assert _cost("BroadcastVecMultAdd", text) == 2 * 4 + 1
     t = get_target("avx2")
     plan = Select("BroadcastVecMultAdd").plan(parse_spec(text), t)
-    assert plan is not None and plan.own == (0, 1, 0, 0)
+    assert plan is not None and plan.own == (0, 1, 0, 0, 0)
 
 
 def test_broadcast_fma_needs_matching_vector_sizes():
@@ -60,5 +60,5 @@ def test_kernel_scratch_is_checked_against_limits():
 
     t = get_target("avx2")
     s = parse_spec("MatmulAccum(1x1x1x8, f32:L1:row, f32:VRF:row:8, f32:VRF:row:8)")
-    assert Search(t).solve(Spec(s, (0, 0, 0, 0))) is None
-    assert Search(t).solve(Spec(s, (0, 1, 0, 0))) is not None
+    assert Search(t).solve(Spec(s, (0, 0, 0, 0, 0))) is None
+    assert Search(t).solve(Spec(s, (0, 1, 0, 0, 0))) is not None

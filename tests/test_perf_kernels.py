@@ -8,6 +8,8 @@ compared with numpy).
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from morello_build.actions.enumerate import enumerate_actions
@@ -82,7 +84,7 @@ def test_rows_cost_and_registers() -> None:
     s = parse_spec("MatmulAccum(1x1x8x64, f32:L1:row, f32:GL:[1,2]c1, f32:L1:row)")
     # 8 rows x 4 vectors x 2, 8 x 4 B lines streamed, 8 runs, 4 vectors in and out, lhs line.
     assert ROWS_F32.cost(s, t) == 64 + 32 * STREAM_LINE_COST + 8 * STREAM_RUN_COST + 8 + 1
-    assert ROWS_F32.memory(s, t) == (0, 8 + 4 + 1, 0, 0)
+    assert ROWS_F32.memory(s, t) == (0, 8 + 4 + 1, 0, 0, 0)
     b = parse_spec("MatmulAccum(1x1x8x64, bf16:L1:row, bf16:GL:[1,2]c1, f32:L1:row)")
     # bf16: 3 per vector (widen + FMA), half the B lines.
     assert ROWS_BF16.cost(b, t) == 96 + 16 * STREAM_LINE_COST + 8 * STREAM_RUN_COST + 8 + 1
@@ -234,3 +236,96 @@ def test_a_zero_outside_parallel_loops_costs_main_memory_stores() -> None:
         assert not shared.serial and own.serial
         assert memset.cost(shared, t) == 16384 * 20
         assert memset.cost(own, t) == 8192
+
+
+# --------------------------------------------------------------------------- L2 views
+
+
+def _l2_views(impl: Impl) -> list[Alloc]:
+    out = [impl] if isinstance(impl, Alloc) and impl.tensor.level is Level.L2 else []
+    for c in impl.children:
+        out += _l2_views(c)
+    return out
+
+
+def _l2_moves(spec_text: str, isa: str) -> list[Move]:
+    spec = parse_spec(spec_text)
+    return [
+        a
+        for a in enumerate_actions(spec, get_target(isa))
+        if isinstance(a, Move) and a.level is Level.L2
+    ]
+
+
+def test_l2_views_are_offered_for_contiguous_tiles_larger_than_l1() -> None:
+    """An L2 move is a view (same layout and dtype, no copy) of a contiguous tile that does
+    not fit L1 but fits L2; a tile that fits L1 moves there directly."""
+    big = parse_spec("Matmul(1x512x512x512, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    l2 = _l2_moves(big.text(), "avx512")
+    assert {a.operand for a in l2} == {0, 1, 2}
+    for a in l2:
+        found = a.new_tensor(big)
+        assert found is not None
+        new, view = found
+        assert view and new == big.operands[a.operand]._replace(level=Level.L2)
+    assert not _l2_moves("Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)", "avx512")
+    # 2048 x 1024 f32 (8 MiB) does not fit a 1 MiB L2
+    assert not _l2_moves("Matmul(1x8x2048x1024, f32:GL:row, f32:GL:row, f32:GL:row)", "avx512")
+    # AVX2 has no L2 level (see `target.x86`)
+    assert not _l2_moves(big.text(), "avx2")
+
+
+def test_l2_tensors_are_contiguous_runs() -> None:
+    """A strided tile of an L2 view (a 32-column strip of a row-major B) is refused; whole
+    rows and packed panels are kept."""
+    from morello_build.ir.tensorspec import tile_tensor
+
+    b = parse_spec("Matmul(1x512x512x512, f32:GL:row, f32:L2:row, f32:GL:row)").operands[1]
+    assert tile_tensor(b, (1, 512, 32)) is None
+    rows = tile_tensor(b, (1, 64, 512))
+    assert rows is not None and rows.is_contiguous
+    packed = parse_spec(
+        "Matmul(1x512x512x512, f32:GL:row, f32:L2:[2,1,2p32], f32:GL:row)"
+    ).operands[1]
+    panel = tile_tensor(packed, (1, 512, 32))
+    assert panel is not None and panel.is_contiguous
+
+
+def test_l2_hits_are_cheaper_than_main_memory_and_dearer_than_l1() -> None:
+    t = get_target("avx512")
+    assert t.hit_cost[Level.L1] < t.hit_cost[Level.L2] < t.hit_cost[Level.GL]
+    assert t.max_limits[Level.L2] == 16384  # 1 MiB
+    assert get_target("amx").max_limits == t.max_limits
+    assert get_target("avx2").max_limits[Level.L2] == 0
+
+
+def test_serial_matmuls_may_pack_b_above_the_zero() -> None:
+    """A one-thread Matmul may pack B into panels before it splits into zero + accumulate,
+    so whole-k register tiles can zero C in registers; a Spec that may still run threads
+    keeps views only (one thread packing while the other waits measured 0.88-0.91x)."""
+
+    def packs(text: str) -> bool:
+        spec = parse_spec(text)
+        return any(
+            isinstance(a, Move) and a.operand == 1 and a.level is Level.GL
+            for a in enumerate_actions(spec, get_target("avx512", 2))
+        )
+
+    assert packs("Matmul(1x512x512x512, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    assert not packs("Matmul(1x512x512x512, f32:GL:row, f32:GL:row, f32:GL:row)")
+
+
+@functools.cache
+def _l2_gemm() -> Impl:
+    return _synth("Matmul(1x96x256x128, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_a_b_reused_across_row_blocks_is_read_from_l2(compiler: str) -> None:
+    """B (128 KiB) is too big for L1 and is read once per block of rows: the DP keeps it
+    in L2 (contiguous k-blocks of it move on into L1) instead of paying main-memory hits
+    on every pass. The kernel is checked against numpy."""
+    impl = _l2_gemm()
+    views = _l2_views(impl)
+    assert any(v.operand == 1 and v.cache_view for v in views), views
+    _verify(impl, "avx512", compiler)

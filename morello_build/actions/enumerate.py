@@ -104,10 +104,15 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     for i in range(len(spec.operands)):
         moves = _moves(spec, i, target)
         if spec.kind == MATMUL and not spec.accum and i != spec.output_index and not tiles:
-            # Inputs of a non-accumulating Matmul get only L1 cache views (no copies), so
-            # a view can be hoisted above the zero-then-accumulate split. (On AMX tiles
+            # Inputs of a non-accumulating Matmul get only cache views (no copies), so a
+            # view can be hoisted above the zero-then-accumulate split. A one-thread
+            # Matmul may also pack B into GL panels there: then whole-k register tiles
+            # zero C in registers instead of a memset and a reload (avx512 512^3, B
+            # panels read from L2: 1.03-1.05x of MKL vs 0.97-0.99x below the zero). A
+            # Spec that may still run threads does not: one thread packing while the
+            # other waits measured 0.88-0.91x at 512^3@2 against 0.96x. (On AMX tiles
             # the kernel itself zeroes C, so B may be packed above it.)
-            moves = [m for m in moves if _is_view(spec, m)]
+            moves = [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
         if tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
         acts.extend(moves)
@@ -132,7 +137,12 @@ def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
     if not isinstance(move, Move):
         return True
     src = spec.operands[move.operand]
-    return move.dtype == src.dtype and move.level in (Level.L1, Level.GL)
+    return move.dtype == src.dtype and move.level.in_memory
+
+
+def _packs_rhs(move: Action) -> bool:
+    """A copy of B into GL panels (or another GL layout)."""
+    return isinstance(move, Move) and move.operand == 1 and move.level is Level.GL
 
 
 def _is_view(spec: LogicalSpec, move: Action) -> bool:
@@ -252,6 +262,10 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
         same = level == t.level
         if same and (level in (Level.RF, Level.VRF) or not is_matmul_input):
             continue
+        if level is Level.L2 and not (
+            target.max_limits[Level.L1] < t.cache_lines() <= target.max_limits[Level.L2]
+        ):
+            continue  # a tile that fits L1 moves there directly: an L2 view only adds Specs
         for dtype in dtypes:
             if level is Level.RF:
                 if t.volume == 1:
@@ -269,9 +283,11 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                         acts.append(Move(i, level, layout, vs, dtype))
             else:
                 layouts: list[lay.Layout] = []
-                if level is Level.L1 and not same and dtype == t.dtype:
+                if level.is_cache and not same and dtype == t.dtype:
                     layouts.append(t.layout)  # the cache view
-                if copy_pays and dtype != t.dtype:
+                if level is Level.L2:
+                    pass  # L2 holds views only: copies are made in GL or L1
+                elif copy_pays and dtype != t.dtype:
                     layouts.append(lay.row_major(t.shape))  # a widening copy
                 elif copy_pays and is_matmul_input:
                     layouts.extend(_relayouts(spec, i, t, level, target))

@@ -1,10 +1,10 @@
 """Move: put one operand at another level, layout or dtype while the rest runs.
 
-Moving into L1 with the same layout and dtype is a *cache view*: it copies nothing but
-charges the tile's lines against the L1 budget, which is how the model keeps working sets
-in cache. Every other move allocates a buffer, filled by a prologue Move (inputs) and/or
-drained by an epilogue Move (outputs). Same-level relayouts in GL/L1 are how operands
-get packed into panels.
+Moving into L1 or L2 with the same layout and dtype is a *cache view*: it copies nothing
+but charges the tile's lines against that level's budget, which is how the model keeps
+working sets in cache. Every other move allocates a buffer, filled by a prologue Move
+(inputs) and/or drained by an epilogue Move (outputs). Same-level relayouts in GL/L1 are
+how operands get packed into panels.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ class Move:
     def new_tensor(self, spec: LogicalSpec) -> tuple[TensorSpec, bool] | None:
         """The introduced tensor and whether it is a cache view (no copy)."""
         src = spec.operands[self.operand]
-        if self.level is Level.L1 and self.dtype == src.dtype and self.layout == src.layout:
-            return src._replace(level=Level.L1), True
+        if self.level.is_cache and self.dtype == src.dtype and self.layout == src.layout:
+            if self.level is Level.L2 and not src.is_contiguous:
+                return None  # L2 is read in contiguous runs only (see `Level.L2`)
+            return src._replace(level=self.level), True
         t = make_tensor(
             src.shape, self.dtype, self.level, self.layout.with_full_contig(), self.vector_size
         )

@@ -302,7 +302,7 @@ def generate_c(
         for o, t in zip(abi.operands, spec.operands)
     )
     if any(b.kind != MEM for b in params):
-        raise CodegenError("kernel parameters must be memory operands (GL or L1)")
+        raise CodegenError("kernel parameters must be memory operands (GL, L2 or L1)")
     _Emitter(ctx).node(impl, tuple(View.whole(b) for b in params))
     abi = KernelABI(
         abi.name, abi.op, abi.operands, abi.accumulate, abi.isa, abi.flops, ctx.workspace_bytes

@@ -34,7 +34,7 @@ class Loop:
 
 @dataclass(frozen=True)
 class Alloc:
-    """Puts operand `operand` in a new buffer (or an L1 cache view) while `body` runs.
+    """Puts operand `operand` in a new buffer (or an L1/L2 cache view) while `body` runs.
 
     Children: [prologue move?, body, epilogue move?]. A cache view copies nothing.
     """

@@ -1,4 +1,4 @@
-"""Memory levels of the x86 model: scalar registers, vector registers, L1, main memory.
+"""Memory levels of the x86 model: scalar registers, vector registers, L1, L2, main memory.
 
 The properties here are the same on every x86 target; per-target numbers (vector widths,
 hit costs, capacities) live in `morello_build.target`.
@@ -14,8 +14,15 @@ class Level(enum.IntEnum):
 
     RF = 0  # scalar registers: C scalar locals; counted in registers
     VRF = 1  # vector registers: C vector locals; counted in registers
-    L1 = 2  # L1 cache: a *view* of memory, counted in 64-byte lines
-    GL = 3  # global memory (buffers), counted in 64-byte lines
+    L1 = 2  # L1 cache: a *view* of memory (or a packed buffer), counted in 64-byte lines
+    #: L2 cache: a *view* of contiguous memory only (a whole operand, a packed B panel, a
+    #: block of whole rows), counted in 64-byte lines. The cheap L2 hit holds for runs
+    #: the hardware prefetcher follows: 32-column strips of a row-major 512x512 B read
+    #: from L2 (rows 2 KiB apart, every row in the same few L1 sets) measured 0.89-1.06x
+    #: of MKL from one harness round to the next, the same tiles of B packed into
+    #: contiguous panels 1.01-1.05x.
+    L2 = 3
+    GL = 4  # global memory (buffers), counted in 64-byte lines
 
     @property
     def has_layout(self) -> bool:
@@ -27,14 +34,19 @@ class Level(enum.IntEnum):
         return self in (Level.RF, Level.VRF)
 
     @property
-    def addressed(self) -> bool:
-        """False for L1: moving data 'into L1' without a relayout copies nothing."""
-        return self is not Level.L1
+    def in_memory(self) -> bool:
+        """L1, L2 and GL tensors are addressed memory; RF and VRF ones are C locals."""
+        return not self.counts_registers
+
+    @property
+    def is_cache(self) -> bool:
+        """L1 and L2: moving data into them without a relayout copies nothing (a view)."""
+        return self in (Level.L1, Level.L2)
 
     @property
     def parallel_tileable(self) -> bool:
         """Register-resident tensors cannot be split across threads."""
-        return self in (Level.L1, Level.GL)
+        return self.in_memory
 
     def __str__(self) -> str:
         return self.name
@@ -43,8 +55,11 @@ class Level(enum.IntEnum):
 LEVEL_COUNT = len(Level)
 
 #: Move destinations from each level (no GL -> register moves: registers load from L1).
+#: L2 holds views only: a tile reused from L2 costs L2 hits when it moves on into L1,
+#: instead of main-memory hits (see `morello_build.target.x86`).
 MOVE_DESTINATIONS: dict[Level, tuple[Level, ...]] = {
-    Level.GL: (Level.GL, Level.L1),
+    Level.GL: (Level.GL, Level.L2, Level.L1),
+    Level.L2: (Level.L1,),
     Level.L1: (Level.L1, Level.RF, Level.VRF),
     Level.RF: (Level.RF,),
     Level.VRF: (Level.VRF,),
@@ -57,4 +72,6 @@ def parse_level(text: str) -> Level:
     try:
         return Level[text.strip().upper()]
     except KeyError:
-        raise SpecError(f"unknown memory level {text!r}; expected one of RF, VRF, L1, GL") from None
+        raise SpecError(
+            f"unknown memory level {text!r}; expected one of RF, VRF, L1, L2, GL"
+        ) from None

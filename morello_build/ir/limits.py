@@ -1,4 +1,4 @@
-"""Memory limits: one budget per level, in registers (RF, VRF) or 64-byte lines (L1, GL).
+"""Memory limits: one budget per level, in registers (RF, VRF) or 64-byte lines (L1, L2, GL).
 
 Cache-level budgets are always 0 or a power of two: that keeps the number of distinct
 limit vectors (and so of DP states) small. Children get budgets rounded *down*, peaks are
@@ -53,6 +53,7 @@ def add_peak(own: Limits, child_peak: Limits) -> Limits:
         own[1] + child_peak[1],
         next_pow2(own[2] + child_peak[2]),
         next_pow2(own[3] + child_peak[3]),
+        next_pow2(own[4] + child_peak[4]),
     )
 
 
@@ -62,6 +63,7 @@ def elementwise_max(a: Limits, b: Limits) -> Limits:
         a[1] if a[1] >= b[1] else b[1],
         a[2] if a[2] >= b[2] else b[2],
         a[3] if a[3] >= b[3] else b[3],
+        a[4] if a[4] >= b[4] else b[4],
     )
 
 

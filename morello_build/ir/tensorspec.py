@@ -166,6 +166,8 @@ def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     new_layout = lay.update_for_tiling(t.layout, t.shape, tile)
     if new_layout is None:
         return None
+    if t.level is Level.L2 and not new_layout.is_fully_contiguous:
+        return None  # L2 is read in contiguous runs only (see `Level.L2`)
     if t.vector_size is not None:
         vs = t.vector_size
         parent_pad = t.padded_axis

@@ -4,7 +4,7 @@ key   = operation, dtypes, rank (categorical parts)
 point = accum flag (0 = accumulating, a dependency of the plain form), log2 of each spec
         dim, per operand (level, layout code, full - contig, log2 vector size + 1), serial
         flag (0 = serial), then the memory limits: raw register counts for RF/VRF and the
-        bit length for L1/GL (limits there are 0 or powers of two).
+        bit length for L1/L2/GL (limits there are 0 or powers of two).
 
 Shapes with a non-power-of-two dim (remainder slabs of odd sizes) use a second map with
 linear dim coordinates (d - 1) in tables prefixed `lin/`, so they still share pages with

@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from morello_build.imp.cost import Cost
+from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.memo.coords import limit_from_coord, locate, memory_coords
@@ -65,7 +66,7 @@ class PersistentMemo(DictMemo):
 
     def __init__(self, target_id: str, root: Path | None = None) -> None:
         super().__init__()
-        self.store = CacheStore(schema_stamp(), target_id, root=root)
+        self.store = CacheStore(schema_stamp(), target_id, root=root, memory_dims=LEVEL_COUNT)
         self.cache_hits = 0
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
         self._pending: list[tuple[LogicalSpec, Limits, Result]] = []
@@ -84,13 +85,14 @@ class PersistentMemo(DictMemo):
         entry = self._boxes.get(id(spec))
         if entry is None or entry[0] is not spec:
             entry = self._seed(spec)
-        r0, r1, r2, r3 = limits
+        r0, r1, r2, r3, r4 = limits
         for lo, hi, hit in entry[1]:
             if (
                 lo[0] <= r0 <= hi[0]
                 and lo[1] <= r1 <= hi[1]
                 and lo[2] <= r2 <= hi[2]
                 and lo[3] <= r3 <= hi[3]
+                and lo[4] <= r4 <= hi[4]
             ):
                 return hit
         return None

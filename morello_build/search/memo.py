@@ -51,13 +51,14 @@ class DictMemo:
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
         entry = self._boxes.get(id(spec))
         if entry is not None and entry[0] is spec:
-            r0, r1, r2, r3 = limits
+            r0, r1, r2, r3, r4 = limits
             for lo, hi, hit in entry[1]:
                 if (
                     lo[0] <= r0 <= hi[0]
                     and lo[1] <= r1 <= hi[1]
                     and lo[2] <= r2 <= hi[2]
                     and lo[3] <= r3 <= hi[3]
+                    and lo[4] <= r4 <= hi[4]
                 ):
                     return hit
         return None

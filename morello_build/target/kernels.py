@@ -33,7 +33,7 @@ class Kernel:
 
 
 def _regs(rf: int = 0, vrf: int = 0) -> Limits:
-    return (rf, vrf, 0, 0)
+    return (rf, vrf, 0, 0, 0)
 
 
 def _no_mem(spec: LogicalSpec, target: Target) -> Limits:
@@ -258,7 +258,7 @@ def _rows_applies_common(s: LogicalSpec, t: Target, dts: tuple[Dtype, ...]) -> b
         and 1 <= k <= STREAM_MAX_ROWS
         and n % lanes == 0
         and (a.dtype, b.dtype, c.dtype) == dts
-        and a.level in (Level.L1, Level.GL)
+        and a.level.in_memory
         and b.level is Level.GL
         and _rows_layout_ok(b)
         and c.level is Level.L1
@@ -338,7 +338,7 @@ def amx_pairs_layout(shape: tuple[int, ...]) -> lay.Layout | None:
 
 
 def _mem(t: TensorSpec) -> bool:
-    return t.level in (Level.L1, Level.GL)
+    return t.level.in_memory
 
 
 def _amx_applies(s: LogicalSpec, t: Target) -> bool:
@@ -364,7 +364,7 @@ def _amx_applies(s: LogicalSpec, t: Target) -> bool:
 def _amx_cost(s: LogicalSpec, t: Target) -> int:
     _, m, k, n = s.shape
     mt, nt, ks = m // AMX_TILE, n // AMX_TILE, k // AMX_K_STEP
-    gl = sum(t.move_cost(o) for o in s.operands if o.level is Level.GL)
+    gl = sum(t.move_cost(o) for o in s.operands if o.level in (Level.L2, Level.GL))
     c_in = AMX_TILELOAD_COST if s.accum else AMX_TILEZERO_COST
     return (
         ks * (mt * nt * AMX_TDP_COST + (mt + nt) * AMX_TILELOAD_COST)
@@ -459,7 +459,7 @@ def _pack_pairs_cost(s: LogicalSpec, t: Target) -> int:
 
 def _memset_applies(s: LogicalSpec, t: Target) -> bool:
     (o,) = s.operands
-    return o.level in (Level.L1, Level.GL) and o.is_contiguous
+    return o.level.in_memory and o.is_contiguous
 
 
 def _memset_cost(s: LogicalSpec, t: Target) -> int:

@@ -3,6 +3,28 @@
 Constants follow the published Morello model (reference notes, "X86 target"): 64-byte
 lines, L1 1024 lines, GL 2^25 lines, hit cost per line L1 1 (AVX-512) / 2 (AVX2) and
 GL 20, parallel-loop overhead 850000 (AVX-512) / 230000 (AVX2) + 60 per iteration.
+
+The reference has no L2. AVX-512 (and AMX) targets add one (views of contiguous memory
+only, see `ir.levels`): 16384 lines (1 MiB, the smallest L2 of the AVX-512 server cores;
+this machine has 2 MiB) and a hit cost measured with a streaming vector read loop on this
+CPU (8 accumulators, best of 5):
+
+    working set        AVX-512 ns/line     AVX2 ns/line
+    16-32 KiB (L1)     0.20-0.24           0.29
+    256 KiB-1 MiB (L2) 0.38-0.40           0.43
+    256 MiB (memory)   4.36                4.88
+
+so L2 costs about twice an L1 line with 64-byte vectors (1 -> 2) and 1.5 times with
+32-byte ones (2 -> 3); memory at 18-20x L1 matches the reference's GL 20. Without L2
+the model charged every re-read of a packed B panel as main-memory traffic, so at 512^3
+it picked k blocks of 128 with C re-read 4 times (0.95-0.96x of MKL) over whole-k 12x32
+tiles that stream 32-column B panels from L2 (1.03-1.05x, same harness runs).
+
+AVX2 keeps the reference's levels (L2 capacity 0): with an L2 of 3 per line the model
+prefers 512^3 plans that stream A from L2 against a 32 KiB B panel in L1, which measured
+0.79-0.92x of MKL against 1.00x for its L1-only plan; whole-k plans like the AVX-512 one
+measured 0.97-1.02x there, so an AVX2 L2 has nothing to win until the model knows this
+CPU's 48 KiB L1 (the model's L1 is 64 KiB).
 `processors` is the thread count the kernel is built for (the user's `threads`), not the
 reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
 """
@@ -25,7 +47,7 @@ from morello_build.target.isa import ISAS, native_isa
 class Target:
     isa: str  # "amx" | "avx512" | "avx2" | "x86-64"
     vector_bytes: tuple[int, ...]  # legal vector register widths
-    max_limits: Limits  # RF, VRF registers; L1, GL lines
+    max_limits: Limits  # RF, VRF registers; L1, L2, GL lines
     hit_cost: tuple[int, ...]  # per level, per 64-byte line
     par_setup: int
     par_per_iter: int
@@ -77,6 +99,7 @@ class Target:
 
 
 _GL_LINES = 1 << 25
+_L2_LINES = 1 << 14
 
 
 @functools.cache
@@ -85,16 +108,32 @@ def get_target(name: str, threads: int = 1) -> Target:
     isa = native_isa() if name == "native" else name
     if isa == "avx512":
         t = Target(
-            "avx512", (16, 32, 64), (16, 32, 1024, _GL_LINES), (0, 0, 1, 20), 850_000, 60, 1, (12,)
+            "avx512",
+            (16, 32, 64),
+            (16, 32, 1024, _L2_LINES, _GL_LINES),
+            (0, 0, 1, 2, 20),
+            850_000,
+            60,
+            1,
+            (12,),
         )
     elif isa == "avx2":
-        t = Target("avx2", (16, 32), (16, 16, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60, 1, (6,))
+        t = Target(
+            "avx2",
+            (16, 32),
+            (16, 16, 1024, 0, _GL_LINES),
+            (0, 0, 2, 3, 20),
+            230_000,
+            60,
+            1,
+            (6,),
+        )
     elif isa == "amx":
         # AVX-512 plus the AMX tile unit: the same machine model, and the AMX kernels of
         # `target.kernels` (which check `isa == "amx"`) become applicable.
         t = dataclasses.replace(get_target("avx512"), isa="amx")
     elif isa == "x86-64":
-        t = Target("x86-64", (), (16, 0, 1024, _GL_LINES), (0, 0, 2, 20), 230_000, 60)
+        t = Target("x86-64", (), (16, 0, 1024, 0, _GL_LINES), (0, 0, 2, 3, 20), 230_000, 60)
     else:
         raise SpecError(f"unknown target {name!r}; expected native, {', '.join(ISAS)}")
     return t.with_threads(threads)
