@@ -18,7 +18,7 @@ class Level(enum.IntEnum):
     #: L2 cache: a *view* of contiguous memory only (a whole operand, a packed B panel, a
     #: block of whole rows), counted in 64-byte lines. The cheap L2 hit holds for runs
     #: the hardware prefetcher follows: 32-column strips of a row-major 512x512 B read
-    #: from L2 (rows 2 KiB apart, every row in the same few L1 sets) measured 0.89-1.06x
+    #: from L2 (rows 2 KiB apart, every row in the same few L1 sets) measured 0.89-1.07x
     #: of MKL from one harness round to the next, the same tiles of B packed into
     #: contiguous panels 1.01-1.05x.
     L2 = 3
