@@ -262,10 +262,12 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
         same = level == t.level
         if same and (level in (Level.RF, Level.VRF) or not is_matmul_input):
             continue
-        if level is Level.L2 and not (
-            target.max_limits[Level.L1] < t.cache_lines() <= target.max_limits[Level.L2]
-        ):
-            continue  # a tile that fits L1 moves there directly: an L2 view only adds Specs
+        if level is Level.L2:
+            # Views only (copies are made in GL or L1), and only of a tile that fits L2 but
+            # not L1: a tile that fits L1 moves there directly, an L2 view only adds Specs.
+            if target.max_limits[Level.L1] < t.cache_lines() <= target.max_limits[Level.L2]:
+                acts.append(Move(i, level, t.layout, None, t.dtype))
+            continue
         for dtype in dtypes:
             if level is Level.RF:
                 if t.volume == 1:
@@ -283,11 +285,9 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                         acts.append(Move(i, level, layout, vs, dtype))
             else:
                 layouts: list[lay.Layout] = []
-                if level.is_cache and not same and dtype == t.dtype:
+                if level is Level.L1 and not same and dtype == t.dtype:
                     layouts.append(t.layout)  # the cache view
-                if level is Level.L2:
-                    pass  # L2 holds views only: copies are made in GL or L1
-                elif copy_pays and dtype != t.dtype:
+                if copy_pays and dtype != t.dtype:
                     layouts.append(lay.row_major(t.shape))  # a widening copy
                 elif copy_pays and is_matmul_input:
                     layouts.extend(_relayouts(spec, i, t, level, target))

@@ -18,7 +18,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT
 from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical
-from morello_build.ir.tensorspec import TensorSpec, make_tensor
+from morello_build.ir.tensorspec import TensorSpec, level_holds, make_tensor
 from morello_build.target.x86 import Target
 
 
@@ -44,8 +44,8 @@ class Move:
         """The introduced tensor and whether it is a cache view (no copy)."""
         src = spec.operands[self.operand]
         if self.level.is_cache and self.dtype == src.dtype and self.layout == src.layout:
-            if self.level is Level.L2 and not src.is_contiguous:
-                return None  # L2 is read in contiguous runs only (see `Level.L2`)
+            if not level_holds(self.level, src.layout):
+                return None
             return src._replace(level=self.level), True
         t = make_tensor(
             src.shape, self.dtype, self.level, self.layout.with_full_contig(), self.vector_size

@@ -157,6 +157,12 @@ def vector_fits(
     return run % vs == 0
 
 
+def level_holds(level: Level, layout: lay.Layout) -> bool:
+    """Whether a tensor laid out so may live at `level`: L2 holds contiguous runs only (a
+    whole operand, a packed panel, a block of whole rows; see `Level.L2`)."""
+    return level is not Level.L2 or layout.is_fully_contiguous
+
+
 def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     """The TensorSpec of a `tile`-shaped piece of `t` (same level, dtype, vector size)."""
     if tile == t.shape:
@@ -166,8 +172,8 @@ def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     new_layout = lay.update_for_tiling(t.layout, t.shape, tile)
     if new_layout is None:
         return None
-    if t.level is Level.L2 and not new_layout.is_fully_contiguous:
-        return None  # L2 is read in contiguous runs only (see `Level.L2`)
+    if not level_holds(t.level, new_layout):
+        return None
     if t.vector_size is not None:
         vs = t.vector_size
         parent_pad = t.padded_axis

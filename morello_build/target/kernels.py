@@ -472,12 +472,13 @@ def _memset_cost(s: LogicalSpec, t: Target) -> int:
 
     A zero in a Spec that may still run threads (not `serial`) runs on one thread before
     the parallel loops, while the other cores wait: it is charged like main-memory stores
-    (`Target.move_cost`: the level's hit cost per line). Measured, avx2 f32 512^3 on 2 threads, same harness
-    as MKL: the DP zeroed all of C (1 MB, ~95 us) on one thread, then packed B in a second
-    parallel region: 177 GF/s, 0.87x of MKL. Priced this way, the threads split the rows
-    and each zeroes its own (the one-thread plan inside): 0.96-0.99x. Zeros inside a
-    parallel loop or in one-thread kernels are serial Specs and keep one unit per line
-    (charging those more made the one-thread 128^3 plans slower: 0.97x -> 0.94x).
+    (`Target.move_cost`: the level's hit cost per line). Measured, avx2 f32 512^3 on 2
+    threads, same harness as MKL: the DP zeroed all of C (1 MB, ~95 us) on one thread,
+    then packed B in a second parallel region: 177 GF/s, 0.87x of MKL. Priced this way,
+    the threads split the rows and each zeroes its own (the one-thread plan inside):
+    0.96-0.99x. Zeros inside a parallel loop or in one-thread kernels are serial Specs and
+    keep one unit per line (charging those more made the one-thread 128^3 plans slower:
+    0.97x -> 0.94x).
     """
     (o,) = s.operands
     return o.cache_lines() if s.serial else t.move_cost(o)

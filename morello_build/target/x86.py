@@ -25,6 +25,7 @@ prefers 512^3 plans that stream A from L2 against a 32 KiB B panel in L1, which 
 0.79-0.92x of MKL against 1.00x for its L1-only plan; whole-k plans like the AVX-512 one
 measured 0.97-1.02x there, so an AVX2 L2 has nothing to win until the model knows this
 CPU's 48 KiB L1 (the model's L1 is 64 KiB).
+
 `processors` is the thread count the kernel is built for (the user's `threads`), not the
 reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
 """
