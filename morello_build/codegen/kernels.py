@@ -113,10 +113,28 @@ def _memory_run(ctx: Ctx, view: View) -> Loc | None:
     return _contiguous_run(ctx, view, [(p, i) for i, p in enumerate(coords(view.shape))])
 
 
+#: f32 lanes -> (zero-extend u16 -> u32, the bf16 register's intrinsic type, shift left u32).
+_WIDEN_INTRINSICS = {
+    8: ("_mm256_cvtepu16_epi32", "__m128i", "_mm256_slli_epi32"),
+    16: ("_mm512_cvtepu16_epi32", "__m256i", "_mm512_slli_epi32"),
+}
+
+
 def _widen(ctx: Ctx, vec: str, lanes: int) -> str:
-    """bf16 vector (uint16 lanes) -> f32 vector: zero-extend, shift into the high half."""
-    u32 = ctx.vtype(Dtype.U32, lanes)
+    """bf16 vector (uint16 lanes) -> f32 vector: zero-extend, shift into the high half.
+
+    Written with intrinsics (one `vpmovzxwd` from memory and one shift) rather than the
+    portable `(f32)(__builtin_convertvector(x, u32) << 16)`: gcc 12 compiles that into two
+    half-width widenings, a byte shift and an insert (3 shuffle-port ops per register;
+    clang 14 emits the single `vpmovzxwd`). Measured, AVX2 bf16 matrix-vector products
+    with B in L2, same harness run: 1x128x2048 27.0 -> 53.5 GF/s, 1x256x4096 24.5 -> 39.0.
+    """
     f32 = ctx.vtype(Dtype.F32, lanes)
+    if lanes in _WIDEN_INTRINSICS:
+        extend, half, shift = _WIDEN_INTRINSICS[lanes]
+        ctx.includes.add("immintrin.h")
+        return f"({f32}){shift}({extend}(({half})({vec})), 16)"
+    u32 = ctx.vtype(Dtype.U32, lanes)
     return f"({f32})(__builtin_convertvector({vec}, {u32}) << 16)"
 
 
