@@ -117,6 +117,30 @@ def test_single_use_inputs_are_not_copied() -> None:
     )
 
 
+def test_widening_copies_go_to_main_memory_only_when_l1_cannot_hold_them() -> None:
+    """A bf16 Matmul input is widened into an f32 copy in L1 when the copy fits there;
+    a copy in main memory is offered only for bigger tiles (it spawned most of the mixed
+    bf16/f32 Specs of the bf16 search without ever being chosen for small ones)."""
+    t = get_target("avx512")
+
+    def widenings(text: str) -> list[tuple[int, Level]]:
+        spec = parse_spec(text)
+        return [
+            (a.operand, a.level)
+            for a in enumerate_actions(spec, t)
+            if isinstance(a, Move)
+            and a.level in (Level.GL, Level.L1)
+            and a.dtype != spec.operands[a.operand].dtype
+        ]
+
+    # 64x64 f32 copies are 256 lines (L1 holds 1024): L1 only.
+    small = "MatmulAccum(1x64x64x64, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)"
+    assert widenings(small) == [(0, Level.L1), (1, Level.L1)]
+    # 256x256 f32 copies are 4096 lines: main memory too.
+    big = "MatmulAccum(1x256x256x256, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)"
+    assert set(widenings(big)) == {(0, Level.GL), (0, Level.L1), (1, Level.GL), (1, Level.L1)}
+
+
 def _rows_tree(text: str, kernel: str) -> Impl:
     """Zero the output, view it in L1, run one VecMatRows call on the whole Spec."""
     ls = parse_spec(text)
