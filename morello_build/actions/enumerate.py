@@ -114,8 +114,11 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             # zero C in registers instead of a memset and a reload (avx512 512^3, B
             # panels read from L2: 1.03-1.05x of MKL vs 0.97-0.99x below the zero). A
             # Spec that may still run threads does not: one thread packing while the
-            # other waits measured 0.88-0.91x at 512^3@2 against 0.96x. (On AMX tiles
-            # the kernel itself zeroes C, so B may be packed above it.)
+            # other waits measured 0.88-0.91x at 512^3@2 against 0.96x, and so did a
+            # parallel pack (each thread packs half of the panels, then reads all of
+            # them: half come from the other core's cache): 0.956-0.961x against
+            # 0.985-1.025x for each thread packing all of B, same harness run. (On AMX
+            # tiles the kernel itself zeroes C, so B may be packed above it.)
             moves = [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
         if tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
