@@ -57,10 +57,24 @@ from morello_build.verify import (
     to_physical,
 )
 
-__all__ = ["ALL_PEERS", "BenchError", "BenchReport", "ImplResult", "bench_kernel"]
+__all__ = [
+    "ALL_PEERS",
+    "REFERENCES",
+    "STREAM_READ",
+    "BenchError",
+    "BenchReport",
+    "ImplResult",
+    "bench_kernel",
+]
 
 #: Peers benchmarked when `peers=None`, in table order.
 ALL_PEERS: tuple[str, ...] = ("openblas", "mkl", "mkl-jit", "naive")
+#: Reference loops that are timed like peers but compute nothing to compare: a plain
+#: streaming read of a Matmul's rhs (B), the bandwidth bound of a matrix-vector product.
+#: Timed in the same harness, it meets the same cache state as the kernel (a peer that
+#: evicts B from L3 between samples slows both alike). Never the "best peer".
+STREAM_READ = "stream-read"
+REFERENCES: tuple[str, ...] = (STREAM_READ,)
 MORELLO = "morello-build"
 SAMPLE_SECONDS = 0.015  # one timed sample lasts about this long
 MIN_SAMPLES = 5
@@ -340,12 +354,44 @@ def _naive_source(abi: KernelABI, fn: str) -> str:
     return f"#include <stdint.h>\n{_BF16_HELPERS}\n{proto} {{\n{body}\n}}\n"
 
 
+#: The streaming-read reference: 4 independent vector sums over a buffer (the widest
+#: vectors the flags allow), compiled like the naive peer.
+_STREAM_SOURCE = r"""
+#include <string.h>
+#if defined(__AVX512F__)
+typedef float mb_v __attribute__((vector_size(64)));
+#else
+typedef float mb_v __attribute__((vector_size(32)));
+#endif
+float morello_bench_stream(const void *buf, long bytes);
+float morello_bench_stream(const void *buf, long bytes) {
+    const char *p = buf;
+    mb_v s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    long i = 0;
+    for (; i + 4 * (long)sizeof(mb_v) <= bytes; i += 4 * (long)sizeof(mb_v)) {
+        mb_v x0, x1, x2, x3;
+        memcpy(&x0, p + i, sizeof x0);
+        memcpy(&x1, p + i + sizeof(mb_v), sizeof x1);
+        memcpy(&x2, p + i + 2 * sizeof(mb_v), sizeof x2);
+        memcpy(&x3, p + i + 3 * sizeof(mb_v), sizeof x3);
+        s0 += x0; s1 += x1; s2 += x2; s3 += x3;
+    }
+    s0 += s1 + s2 + s3;
+    float t = 0;
+    for (unsigned j = 0; j < sizeof(mb_v) / sizeof(float); j++) t += s0[j];
+    for (; i < bytes; i++) t += (float)p[i];
+    return t;
+}
+"""
+
+
 @dataclass(frozen=True)
 class _Impl:
     name: str
     code: str  # C statements of `static void run_<i>(void)`
     decls: str = ""  # file-scope declarations
     setup: str = ""  # statements in setup(); may set `impls[IDX].skip`
+    reference: bool = False  # timed, but its output is not checked (see REFERENCES)
 
 
 def _blas_impl(name: str, fn: str, abi: KernelABI, plan: _Gemm, elem: str) -> _Impl:
@@ -397,8 +443,25 @@ def _plan_peers(
             else:
                 impls.append(_Impl(name, f"    morello_bench_naive({_c_call_args(abi)});"))
             continue
+        if name == STREAM_READ:
+            if abi.op != "matmul":
+                skipped[name] = "a streaming read of B needs a matmul"
+            else:
+                rhs = abi.operands[1]
+                nbytes = math.prod(rhs.shape) * np.dtype(STORAGE[rhs.dtype]).itemsize
+                impls.append(
+                    _Impl(
+                        name,
+                        f"    morello_bench_sink += morello_bench_stream(buf[1], {nbytes}L);",
+                        "float morello_bench_stream(const void *, long);\n"
+                        "static volatile float morello_bench_sink;",
+                        reference=True,
+                    )
+                )
+            continue
         if name not in ("openblas", "mkl", "mkl-jit"):
-            skipped[name] = f"unknown peer {name!r} (known: {', '.join(ALL_PEERS)})"
+            known = ", ".join((*ALL_PEERS, *REFERENCES))
+            skipped[name] = f"unknown peer {name!r} (known: {known})"
             continue
         lib = find_openblas() if name == "openblas" else find_mkl()
         if not lib.available:
@@ -525,6 +588,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "check") == 0) {
         for (int i = 0; i < N_IMPLS; i++) {
             if (impls[i].skip) { printf("skip %s %s\n", impls[i].name, impls[i].skip); continue; }
+            if (impls[i].reference) { impls[i].run(); printf("reference %s\n", impls[i].name); continue; }
             memcpy(buf[OUT_INDEX], init_out, nbytes[OUT_INDEX]);
             impls[i].run();
             save(dir, impls[i].name, buf[OUT_INDEX], nbytes[OUT_INDEX]);
@@ -597,7 +661,7 @@ def _harness_source(abi: KernelABI, impls: Sequence[_Impl], thread_setup: str) -
         f"#define WARMUP_SECONDS {WARMUP_SECONDS!r}",
         f"static const size_t nbytes[N_OPERANDS] = {{{nbytes}}};",
         "static void *buf[N_OPERANDS];",
-        "struct impl { const char *name; void (*run)(void); const char *skip; };",
+        "struct impl { const char *name; void (*run)(void); const char *skip; int reference; };",
     ]
     # The kernel is called through morello_bench_call.c so that its header never meets the
     # libc headers here (a kernel may be named like a libc function, e.g. `bzero`).
@@ -607,7 +671,10 @@ def _harness_source(abi: KernelABI, impls: Sequence[_Impl], thread_setup: str) -
         if impl.decls:
             parts.append(impl.decls)
         parts.append(f"static void run_{i}(void) {{\n{impl.code}\n}}")
-    table = ",\n".join(f'    {{"{impl.name}", run_{i}, 0}}' for i, impl in enumerate(all_impls))
+    table = ",\n".join(
+        f'    {{"{impl.name}", run_{i}, 0, {int(impl.reference)}}}'
+        for i, impl in enumerate(all_impls)
+    )
     parts.append(f"static struct impl impls[] = {{\n{table}\n}};")
     parts.append(f"#define N_IMPLS {len(all_impls)}")
     setup = "".join(impl.setup.replace("IDX", str(i)) for i, impl in enumerate(all_impls))
@@ -646,6 +713,7 @@ def _build(
     abi = kernel.abi
     files = dict(kernel_files(kernel))
     files["morello_bench_naive.c"] = _naive_source(abi, "morello_bench_naive")
+    files["morello_bench_stream.c"] = _STREAM_SOURCE
     files["morello_bench_call.c"] = (
         f'#include "{abi.name}.h"\n'
         f"void morello_bench_call(void *const *buf);\n"
@@ -660,6 +728,9 @@ def _build(
         compile_object(cc, workdir / "morello_bench_call.c", flags=["-O2", "-std=gnu99"]),
         compile_object(
             cc, workdir / "morello_bench_naive.c", flags=["-O3", *naive_flags, "-std=gnu99"]
+        ),
+        compile_object(
+            cc, workdir / "morello_bench_stream.c", flags=["-O3", *naive_flags, "-std=gnu99"]
         ),
         compile_object(cc, workdir / "morello_bench_harness.c", flags=["-O2", "-std=gnu99"]),
     ]
@@ -760,6 +831,8 @@ def bench_kernel(
             if word == "skip":
                 name, _, reason = rest.partition(" ")
                 skipped[name] = reason
+            elif word == "reference":
+                passed.append(rest.strip())
             elif word == "checked":
                 name = rest.strip()
                 raw = np.fromfile(workdir / f"out_{name}.bin", dtype=STORAGE[out.dtype])
@@ -803,7 +876,7 @@ def bench_kernel(
     results = [timed(MORELLO)]
     for name in wanted:
         results.append(timed(name) if name in passed else ImplResult(name, skipped=skipped[name]))
-    timed_peers = [r for r in results[1:] if r.skipped is None]
+    timed_peers = [r for r in results[1:] if r.skipped is None and r.name not in REFERENCES]
     best = min(timed_peers, key=lambda r: r.seconds, default=None)
     ratio = best.seconds / results[0].seconds if best is not None else None
     return BenchReport(

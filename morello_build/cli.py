@@ -276,7 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Time the kernel and its peers in one C harness.",
     )
     _add_spec_args(b)
-    b.add_argument("--peers", help="comma-separated subset of naive,openblas,mkl,mkl-jit")
+    b.add_argument(
+        "--peers",
+        help="comma-separated subset of naive,openblas,mkl,mkl-jit [default: all four]; add"
+        " stream-read to also time a plain streaming read of B (the bandwidth bound of a"
+        " matrix-vector product; never the best peer)",
+    )
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument(
         "--min-time",

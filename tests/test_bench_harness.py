@@ -110,6 +110,22 @@ def test_non_matmul_and_unknown_peer() -> None:
     assert report.best_peer == "naive" and report.ratio is not None
 
 
+def test_stream_read_is_timed_as_a_reference_never_as_the_best_peer() -> None:
+    """`stream-read` sums B's bytes in the same harness: it is timed (its speed is the
+    bandwidth bound of a matrix-vector product) but has no output to check and never
+    counts as the best peer, even when it is faster than every peer."""
+    kernel = matmul_kernel("bstream", 1, 1, 256, 512)
+    report = bench_kernel(kernel, peers=["naive", "stream-read"], min_time=FAST)
+    read = report.result("stream-read")
+    assert read.skipped is None and read.seconds > 0 and read.samples > 0
+    assert report.best_peer == "naive"
+    alone = bench_kernel(kernel, peers=["stream-read"], min_time=FAST)
+    assert alone.result("stream-read").seconds > 0
+    assert alone.best_peer is None and alone.ratio is None
+    zero = bench_kernel(zero_kernel("bzero_stream"), peers=["stream-read"], min_time=FAST)
+    assert "matmul" in (zero.result("stream-read").skipped or "")
+
+
 def test_isa_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_mod, "host_supports", lambda isa: False)
     with pytest.raises(IsaUnavailable):
