@@ -18,8 +18,9 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
   above the (tile-zeroing) non-accumulating Matmul;
 - widening copies of a Matmul input into GL only when the f32 copy would not fit L1 (a
   smaller one is made in L1, where it is also read faster): the mixed bf16/f32 Specs that
-  GL copies of small tiles spawn were most of the bf16 search. bf16 64^3 on avx512: 581k
-  Specs -> 248k; 256^3: 2.21M -> 1.76M; same plans;
+  GL copies of small tiles spawn were most of the bf16 search. Specs solved, avx512 bf16
+  64^3 581k -> 248k, 100x37x250 1.50M -> 0.80M, 256^3 2.21M -> 1.76M; avx2 bf16 64^3
+  785k -> 323k, 256^3 1.99M -> 1.54M; the same generated C for every bf16 table shape;
 - no relayout or widening copies into GL/L1 of a Matmul rhs used only once in the Spec
   (m == 1): the copy is a whole extra pass over B (this is what keeps matrix-vector
   synthesis with long N fast: 1x2048x16384 bf16 went from ~250k Specs to ~8k);
