@@ -243,20 +243,17 @@ def _has(tool: str) -> bool:
     return any((Path(p) / tool).exists() for p in os.environ.get("PATH", "").split(os.pathsep))
 
 
+def _field(doc: dict[str, object], name: str, key: str) -> float | None:
+    """`key` ("gflops", "seconds") of implementation `name` in a `bench --json` document."""
+    rows: list[dict[str, object]] = doc.get("results", [])  # type: ignore[assignment]
+    for r in rows:
+        if r["name"] == name and key in r:
+            return float(r[key])  # type: ignore[arg-type]
+    return None
+
+
 def _gf(doc: dict[str, object], name: str) -> float | None:
-    rows: list[dict[str, object]] = doc.get("results", [])  # type: ignore[assignment]
-    for r in rows:
-        if r["name"] == name and "gflops" in r:
-            return float(r["gflops"])  # type: ignore[arg-type]
-    return None
-
-
-def _seconds(doc: dict[str, object], name: str) -> float | None:
-    rows: list[dict[str, object]] = doc.get("results", [])  # type: ignore[assignment]
-    for r in rows:
-        if r["name"] == name and "seconds" in r:
-            return float(r["seconds"])  # type: ignore[arg-type]
-    return None
+    return _field(doc, name, "gflops")
 
 
 def table(results: dict[str, dict[str, object]], peaks: dict[str, float]) -> str:
@@ -280,7 +277,7 @@ def table(results: dict[str, dict[str, object]], peaks: dict[str, float]) -> str
         peak = peaks[peak_key(target, dtype)] * threads
         pct = f"{100 * mo / peak:.0f}%" if mo else "-"
         bw = "-"
-        mine, read = _seconds(doc, MORELLO), _seconds(doc, "stream-read")
+        mine, read = _field(doc, MORELLO, "seconds"), _field(doc, "stream-read", "seconds")
         if m == 1 and mine and read:
             bsize = kk * n * (2 if dtype == "bf16" else 4)
             bw = f"{100 * read / mine:.0f}% of {bsize / read / 1e9:.1f} GB/s"

@@ -447,12 +447,10 @@ def _plan_peers(
             if abi.op != "matmul":
                 skipped[name] = "a streaming read of B needs a matmul"
             else:
-                rhs = abi.operands[1]
-                nbytes = math.prod(rhs.shape) * np.dtype(STORAGE[rhs.dtype]).itemsize
                 impls.append(
                     _Impl(
                         name,
-                        f"    morello_bench_sink += morello_bench_stream(buf[1], {nbytes}L);",
+                        "    morello_bench_sink += morello_bench_stream(buf[1], (long)nbytes[1]);",
                         "float morello_bench_stream(const void *, long);\n"
                         "static volatile float morello_bench_sink;",
                         reference=True,
