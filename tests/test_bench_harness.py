@@ -175,3 +175,21 @@ def test_avx512_kernels_meet_peers_without_amx_on_an_amx_host() -> None:
     assert rep.result("naive").skipped is None
     if find_mkl().available:
         assert rep.result("mkl").skipped is None, rep.result("mkl").skipped
+
+
+def test_kernel_is_one_indirect_call_from_the_timing_loop_like_every_peer() -> None:
+    """The harness's table points at the kernel's own run function (in the file that
+    includes the kernel's header); a wrapper hop in between cost a tiny kernel ~10%."""
+    kernel = matmul_kernel("b_hop", 1, 8, 8, 8)
+    impls, _, _, setup = bench_mod._plan_peers(kernel.abi, ["naive"], 1)
+    source = bench_mod._harness_source(kernel.abi, impls, setup)
+    assert '{"morello-build", morello_bench_run, 0, 0}' in source
+    assert '{"naive", run_1, 0, 0}' in source
+    assert "static void run_0" not in source
+    report = bench_kernel(kernel, peers=["naive"], min_time=FAST)
+    assert report.result("morello-build").seconds > 0
+
+
+def test_harness_names_are_reserved() -> None:
+    with pytest.raises(BenchError, match="morello_bench_"):
+        bench_kernel(zero_kernel("morello_bench_run"), peers=["naive"], min_time=FAST)

@@ -11,7 +11,7 @@ import pytest
 
 from morello_build.actions.tile import shrink
 from morello_build.ccompile import CompileError
-from morello_build.codegen.emit import CodegenError, generate_c, kernel_abi
+from morello_build.codegen.emit import K_UNROLL, CodegenError, generate_c, kernel_abi
 from morello_build.codegen.views import (
     MEM,
     VRF,
@@ -238,7 +238,7 @@ def test_packed_scratch_buffer() -> None:
             ls, (synth(pro_spec, isa), synth(body_spec, isa)), 1, packed, False, True, False
         )
         g = generate_c(tree, "k", isa)
-        assert "__attribute__((aligned(64)))" in g.c_source
+        assert re.search(r"float buf\d+\[\d+\] __attribute__\(\(aligned\(64\)\)\);", g.c_source)
         check(tree, isa)
 
 
@@ -261,3 +261,67 @@ def test_header_compiles_and_links_from_cpp(tmp_path) -> None:
     )
     if host_supports("avx2"):
         assert subprocess.run([str(tmp_path / "main")]).returncode == 0
+
+
+# --------------------------------------------------------------------------- code shape
+
+
+def test_register_tile_reduction_loop_is_unrolled_and_still_correct() -> None:
+    """The k loop around a register tile's FMAs carries an unroll pragma; other loops do not.
+
+    avx2 16x16x16 is a loop over row tiles, each holding a rolled k loop of straight-line
+    FMAs into registers (the row-tile loop contains the k loop, so it is not unrolled).
+    """
+    ls = parse_spec("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    impl = synth(ls, "avx2")
+    g = generate_c(impl, "k", "avx2")
+    lines = g.c_source.splitlines()
+    pragmas = [i for i, x in enumerate(lines) if x.strip() == f"#pragma GCC unroll {K_UNROLL}"]
+    assert pragmas, g.c_source
+    for i in pragmas:
+        loop = lines[i + 1]
+        assert loop.lstrip().startswith("for ("), loop
+        depth = len(loop) - len(loop.lstrip())
+        end = next(j for j in range(i + 2, len(lines)) if lines[j] == " " * depth + "}")
+        body = lines[i + 2 : end]
+        assert not any(x.lstrip().startswith("for (") for x in body), "unrolled loop nests a loop"
+        assert any("*" in x and "+" in x for x in body), "unrolled loop has no multiply-adds"
+    rolled = [
+        x for i, x in enumerate(lines) if x.lstrip().startswith("for (") and i - 1 not in pragmas
+    ]
+    assert rolled, "the row-tile loop should stay rolled"
+    check(impl, "avx2")
+    check(impl, "avx2", "clang")
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_kernel_entry_is_cache_line_aligned(compiler: str, tmp_path) -> None:
+    """The exported function starts on a 64-byte boundary whatever the build's flags."""
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no {compiler}")
+    g = generate_c(synth(parse_spec(_MM8), "x86-64"), "mb_aligned", "x86-64")
+    (tmp_path / "mb_aligned.h").write_text(g.header)
+    (tmp_path / "mb_aligned.c").write_text(g.c_source)
+    # A 1-byte function placed first would put the kernel at offset 16 without the attribute.
+    (tmp_path / "pad.c").write_text("void mb_pad(void);\nvoid mb_pad(void) {}\n")
+    lib = tmp_path / "libk.so"
+    subprocess.run(
+        [
+            compiler,
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-falign-functions=1",
+            "-o",
+            str(lib),
+            str(tmp_path / "pad.c"),
+            str(tmp_path / "mb_aligned.c"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    import ctypes
+
+    fn = ctypes.CDLL(str(lib)).mb_aligned
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    assert address is not None and address % 64 == 0, hex(address or 0)

@@ -79,6 +79,10 @@ def kernel_abi(spec: LogicalSpec, name: str, isa: str) -> KernelABI:
 # --------------------------------------------------------------------------- tree walk
 
 
+#: Unroll factor of a register tile's reduction loop (see `_Emitter._reduces_in_registers`).
+K_UNROLL = 4
+
+
 class _Emitter:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
@@ -144,6 +148,7 @@ class _Emitter:
             ctx.amap.extent[var[d]] = steps[d]
             i = var[d]
             ctx.open(f"for (int i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
+        innermost = len(ctx.lines) - 1
         threaded = node.parallel and bool(real)
         if threaded:  # per-thread setups (AMX tile config) go at the top of the body
             ctx.parallel_setups.append([])
@@ -157,6 +162,15 @@ class _Emitter:
             ctx.lines[body_start:body_start] = ["    " * body_depth + x for x in pro]
             for x in epi:
                 ctx.line(x)
+        nests_loops = any(x.lstrip().startswith("for (") for x in ctx.lines[innermost + 1 :])
+        if (
+            real
+            and not node.parallel
+            and not nests_loops
+            and self._reduces_in_registers(node, views)
+        ):
+            indent = ctx.lines[innermost][: -len(ctx.lines[innermost].lstrip())]
+            ctx.lines.insert(innermost, f"{indent}#pragma GCC unroll {K_UNROLL}")
         for _ in real:
             ctx.close()
         for child, offsets in zip(node.children[1:], node.boundary_offsets):
@@ -165,6 +179,23 @@ class _Emitter:
                 for i, (v, t) in enumerate(zip(views, child.spec.operands))
             )
             self.node(child, bviews)
+
+    @staticmethod
+    def _reduces_in_registers(node: Loop, views: tuple[View, ...]) -> bool:
+        """Whether `node` is the reduction loop of a register tile (a microkernel's k loop).
+
+        Its body is straight-line FMAs into accumulators that stay in registers; gcc keeps
+        such a loop rolled at -O3, and the loop's own uops (two pointer increments, compare,
+        branch) then share the front end with 20 vector uops per iteration (avx2 6x16).
+        Unrolled by 4, the avx2 16x16x16 kernel measured 67.8-68.1 ns per call against
+        71.8-73.2 ns rolled (MKL's JIT: 67.6-68.8 ns, same harness runs); unrolled fully
+        (16), 76-82 ns. Same plans, rolled -> unrolled by 4, 3 side-by-side rounds each:
+        avx512 512^3 171-175 -> 181-185 GF/s, avx2 256^3 108-110 -> 115-117, bf16 256^3
+        +1-2% on both targets, avx512 128^3 unchanged, avx512 256^3 -1.5% (193 -> 190;
+        also with unroll 2 or 8).
+        """
+        out = views[node.spec.output_index]
+        return out.buf.kind != MEM and node.spec.kind != ZERO
 
     # -- allocations -----------------------------------------------------------------------
 
@@ -322,6 +353,9 @@ def generate_c(
         out += [*typedefs, ""]
     for h in sorted(ctx.helpers):
         out.append(HELPERS[h])
+    # Cache-line aligned entry: an 8x8x8 kernel (one ~900-byte block of straight-line code)
+    # measured 9.4-9.7 ns per call aligned against 10.1 ns at gcc's default 16 bytes.
+    out.append("__attribute__((aligned(64)))")
     out.append(abi.prototype() + " {")
     pro, epi = ctx.setup_lines(ctx.setups)
     out += ["    " + x for x in pro]
