@@ -11,6 +11,7 @@ import pytest
 
 from morello_build.actions.tile import shrink
 from morello_build.ccompile import CompileError
+from morello_build.codegen.context import VECTOR_REGISTERS
 from morello_build.codegen.emit import K_UNROLL, CodegenError, generate_c, kernel_abi
 from morello_build.codegen.views import (
     MEM,
@@ -266,32 +267,30 @@ def test_header_compiles_and_links_from_cpp(tmp_path) -> None:
 # --------------------------------------------------------------------------- code shape
 
 
-def test_register_tile_reduction_loop_is_unrolled_and_still_correct() -> None:
-    """The k loop around a register tile's FMAs carries an unroll pragma; other loops do not.
-
-    avx2 16x16x16 is a loop over row tiles, each holding a rolled k loop of straight-line
-    FMAs into registers (the row-tile loop contains the k loop, so it is not unrolled).
-    """
-    ls = parse_spec("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
-    impl = synth(ls, "avx2")
-    g = generate_c(impl, "k", "avx2")
-    lines = g.c_source.splitlines()
-    pragmas = [i for i, x in enumerate(lines) if x.strip() == f"#pragma GCC unroll {K_UNROLL}"]
-    assert pragmas, g.c_source
-    for i in pragmas:
-        loop = lines[i + 1]
-        assert loop.lstrip().startswith("for ("), loop
-        depth = len(loop) - len(loop.lstrip())
-        end = next(j for j in range(i + 2, len(lines)) if lines[j] == " " * depth + "}")
-        body = lines[i + 2 : end]
-        assert not any(x.lstrip().startswith("for (") for x in body), "unrolled loop nests a loop"
-        assert any("*" in x and "+" in x for x in body), "unrolled loop has no multiply-adds"
-    rolled = [
-        x for i, x in enumerate(lines) if x.lstrip().startswith("for (") and i - 1 not in pragmas
-    ]
-    assert rolled, "the row-tile loop should stay rolled"
-    check(impl, "avx2")
-    check(impl, "avx2", "clang")
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("k", [16, 18, 3])
+def test_register_tile_reduction_loops_are_unrolled_by_four_and_still_correct(
+    isa: str, k: int
+) -> None:
+    """The k loop around a register tile's FMAs is unrolled K_UNROLL times: by the
+    compiler (`#pragma GCC unroll`) with 16 vector registers, written out in C (the
+    remainder as straight-line copies) with 32. Either way the result stays exact."""
+    ls = parse_spec(f"Matmul(1x16x{k}x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    impl = synth(ls, isa)
+    lines = generate_c(impl, "k", isa).c_source.splitlines()
+    loop = re.compile(r"\s*for \(int i\d+ = 0; i\d+ < (\d+); i\d+\+\+\) \{")
+    trips = {i: int(m.group(1)) for i, x in enumerate(lines) if (m := loop.fullmatch(x))}
+    pragmas = {i + 1 for i, x in enumerate(lines) if x.strip() == f"#pragma GCC unroll {K_UNROLL}"}
+    k_loops = [i for i, n in trips.items() if n == k]
+    if VECTOR_REGISTERS[isa] < 32:
+        assert set(k_loops) <= pragmas, "\n".join(lines)
+        assert k_loops or k < K_UNROLL, "\n".join(lines)
+    else:
+        assert not pragmas and not k_loops, "\n".join(lines)  # no rolled k loop is left
+        if k >= 2 * K_UNROLL:
+            assert k // K_UNROLL in trips.values(), "\n".join(lines)
+    check(impl, isa)
+    check(impl, isa, "clang")
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])

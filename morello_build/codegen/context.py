@@ -15,6 +15,8 @@ from morello_build.target.isa import AMX_PERMISSION_ASM
 
 #: f32 lanes of the widest vector register per ISA (1: scalar target, no vector types).
 F32_LANES: dict[str, int] = {"x86-64": 1, "avx2": 8, "avx512": 16, "amx": 16}
+#: Architectural vector registers (xmm/ymm/zmm) per ISA.
+VECTOR_REGISTERS: dict[str, int] = {"x86-64": 16, "avx2": 16, "avx512": 32, "amx": 32}
 
 #: Short dtype tags for vector typedef names (``vf32x16``, ``vu16x16``, ``vu32x16``).
 _TAGS: dict[Dtype, str] = {
@@ -108,6 +110,14 @@ class Ctx:
     def close(self, text: str = "}") -> None:
         self.depth -= 1
         self.line(text)
+
+    def snapshot(self) -> tuple[int, int]:
+        """State that emitting a region changes besides `lines` (names, heap scratch), so
+        that the region can be deleted and emitted again (see `restore`)."""
+        return self._counter, self.workspace_bytes
+
+    def restore(self, snap: tuple[int, int]) -> None:
+        self._counter, self.workspace_bytes = snap
 
     def fresh(self) -> int:
         """Next number for a generated name (buffers, loop variables, temporaries)."""

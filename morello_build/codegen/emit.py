@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 
 from morello_build.codegen.abi import C_TYPES, GeneratedKernel, KernelABI, OperandABI
-from morello_build.codegen.context import HELPERS, Ctx
+from morello_build.codegen.context import HELPERS, VECTOR_REGISTERS, Ctx
 from morello_build.codegen.kernels import emit_kernel
 from morello_build.codegen.views import (
     MEM,
@@ -141,6 +142,13 @@ class _Emitter:
         body_views = tuple(
             v.sub(shift(i), t.shape) for i, (v, t) in enumerate(zip(views, main.spec.operands))
         )
+        unrolled_vars = [d for d in unroll if d in var]
+
+        def body(views: tuple[View, ...]) -> None:
+            for values in itertools.product(*(range(steps[d]) for d in unrolled_vars)):
+                binding = {var[d]: x for d, x in zip(unrolled_vars, values)}
+                self.node(main, tuple(v.bind(binding) for v in views))
+
         if node.parallel and real:
             collapse = f" collapse({len(real)})" if len(real) > 1 else ""
             ctx.line(f"#pragma omp parallel for{collapse}")
@@ -149,19 +157,18 @@ class _Emitter:
             i = var[d]
             ctx.open(f"for (int i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
         innermost = len(ctx.lines) - 1
+        snap = ctx.snapshot()
         threaded = node.parallel and bool(real)
         if threaded:  # per-thread setups (AMX tile config) go at the top of the body
             ctx.parallel_setups.append([])
             body_start, body_depth = len(ctx.lines), ctx.depth
-        unrolled_vars = [d for d in unroll if d in var]
-        for values in itertools.product(*(range(steps[d]) for d in unrolled_vars)):
-            binding = {var[d]: x for d, x in zip(unrolled_vars, values)}
-            self.node(main, tuple(v.bind(binding) for v in body_views))
+        body(body_views)
         if threaded:
             pro, epi = ctx.setup_lines(ctx.parallel_setups.pop())
             ctx.lines[body_start:body_start] = ["    " * body_depth + x for x in pro]
             for x in epi:
                 ctx.line(x)
+        open_loops = len(real)
         nests_loops = any(x.lstrip().startswith("for (") for x in ctx.lines[innermost + 1 :])
         if (
             real
@@ -169,9 +176,16 @@ class _Emitter:
             and not nests_loops
             and self._reduces_in_registers(node, views)
         ):
-            indent = ctx.lines[innermost][: -len(ctx.lines[innermost].lstrip())]
-            ctx.lines.insert(innermost, f"{indent}#pragma GCC unroll {K_UNROLL}")
-        for _ in real:
+            if VECTOR_REGISTERS[ctx.isa] < 32:
+                indent = ctx.lines[innermost][: -len(ctx.lines[innermost].lstrip())]
+                ctx.lines.insert(innermost, f"{indent}#pragma GCC unroll {K_UNROLL}")
+            else:  # emit the loop again with the copies written out
+                del ctx.lines[innermost:]
+                ctx.depth -= 1
+                ctx.restore(snap)
+                self._unrolled(var[real[-1]], steps[real[-1]], body, body_views)
+                open_loops -= 1
+        for _ in range(open_loops):
             ctx.close()
         for child, offsets in zip(node.children[1:], node.boundary_offsets):
             bviews = tuple(
@@ -180,19 +194,50 @@ class _Emitter:
             )
             self.node(child, bviews)
 
+    def _unrolled(
+        self,
+        v: int,
+        n: int,
+        body: Callable[[tuple[View, ...]], None],
+        views: tuple[View, ...],
+    ) -> None:
+        """Loop variable `v` over `n` steps as a loop of K_UNROLL body copies per
+        iteration, then the remainder as straight-line copies."""
+        ctx = self.ctx
+        full, rem = divmod(n, K_UNROLL)
+        if full > 1:
+            ctx.amap.extent[v] = full
+            ctx.open(f"for (int i{v} = 0; i{v} < {full}; i{v}++) {{")
+            for u in range(K_UNROLL):
+                body(tuple(x.substitute(v, K_UNROLL, u) for x in views))
+            ctx.close()
+        else:
+            for u in range(full * K_UNROLL):
+                body(tuple(x.bind({v: u}) for x in views))
+        for r in range(rem):
+            body(tuple(x.bind({v: full * K_UNROLL + r}) for x in views))
+
     @staticmethod
     def _reduces_in_registers(node: Loop, views: tuple[View, ...]) -> bool:
         """Whether `node` is the reduction loop of a register tile (a microkernel's k loop).
 
-        Its body is straight-line FMAs into accumulators that stay in registers; gcc keeps
-        such a loop rolled at -O3, and the loop's own uops (two pointer increments, compare,
-        branch) then share the front end with 20 vector uops per iteration (avx2 6x16).
-        Unrolled by 4, the avx2 16x16x16 kernel measured 67.8-68.1 ns per call against
-        71.8-73.2 ns rolled (MKL's JIT: 67.6-68.8 ns, same harness runs); unrolled fully
-        (16), 76-82 ns. Same plans, rolled -> unrolled by 4, 3 side-by-side rounds each:
-        avx512 512^3 171-175 -> 181-185 GF/s, avx2 256^3 108-110 -> 115-117, bf16 256^3
-        +1-2% on both targets, avx512 128^3 unchanged, avx512 256^3 -1.5% (193 -> 190;
-        also with unroll 2 or 8).
+        Its body is straight-line FMAs into accumulators that stay in registers. gcc keeps
+        such a loop rolled at -O3, and the loop's own uops (pointer increments, compare,
+        branch) then share the front end with ~20 vector uops per iteration (avx2 6x16), so
+        `loop` unrolls it by `K_UNROLL`: with 16 vector registers by `#pragma GCC unroll`,
+        with 32 (AVX-512) by writing the copies out, since gcc 12 ignores the pragma on
+        those bodies ("too big"). Written out with 16 registers, gcc hoists the copies'
+        loads and spills accumulators.
+
+        Measured, same plans side by side (3 rounds each, ratio to MKL's sgemm):
+          avx2 16x16x16: 67.8-68.1 ns per call unrolled by 4, 71.8-73.2 rolled (MKL's JIT
+            67.6-68.8); unrolled fully (16): 76-82.
+          avx2 256^3: 1.07x with the pragma, 1.01x rolled, 0.99x written out (spills).
+          avx2 bf16 256^3: 1.05x pragma, 1.02x rolled, 1.00x written out.
+          avx512 (written out by 4 / by 2 / rolled): 512^3 1.09x / 1.03x / 1.06x;
+            256^3 1.13x / 1.13x / 1.10x; 16^3 +1%; 128^3, 64^3, bf16 256^3 within 1%;
+            100x37x250 1.08x / 1.10x / 1.12x (worse: its 12x32 and 12x26 tiles reduce
+            over only 37 steps; 100x36x250 and 100x40x250 lose 1.5-2.5% too).
         """
         out = views[node.spec.output_index]
         return out.buf.kind != MEM and node.spec.kind != ZERO

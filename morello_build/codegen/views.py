@@ -162,6 +162,14 @@ class View:
     def sub(self, shift: tuple[Affine, ...], shape: tuple[int, ...]) -> View:
         return View(self.buf, tuple(o.plus(s) for o, s in zip(self.offset, shift)), shape)
 
+    def substitute(self, var: int, coef: int, const: int) -> View:
+        """Replace loop variable `var` by ``coef * var + const`` (a loop unrolled by `coef`)."""
+        out = []
+        for o in self.offset:
+            c = dict(o.terms).get(var, 0)
+            out.append(Affine(o.const, o.terms).plus_var(var, c * (coef - 1)).shifted(c * const))
+        return View(self.buf, tuple(out), self.shape)
+
     def bind(self, values: dict[int, int]) -> View:
         """Substitute constants for loop variables (unrolling)."""
         out = []
