@@ -669,20 +669,16 @@ def _harness_source(abi: KernelABI, impls: Sequence[_Impl], thread_setup: str) -
     # indirect call away from the timing loop. An extra hop cost the 8x8x8 avx2 kernel
     # 1.1 ns of its 10.7 ns per call (measured), which no user calling it directly pays.
     parts.append("void morello_bench_run(void);")
-    all_impls = [_Impl(MORELLO, ""), *impls]
-    runs = ["morello_bench_run"] + [f"run_{i}" for i in range(1, len(all_impls))]
-    for i, impl in enumerate(all_impls):
+    entries = [f'    {{"{MORELLO}", morello_bench_run, 0, 0}}']
+    for i, impl in enumerate(impls, start=1):  # index 0 is the kernel
         if impl.decls:
             parts.append(impl.decls)
-        if i:
-            parts.append(f"static void run_{i}(void) {{\n{impl.code}\n}}")
-    table = ",\n".join(
-        f'    {{"{impl.name}", {run}, 0, {int(impl.reference)}}}'
-        for impl, run in zip(all_impls, runs)
-    )
+        parts.append(f"static void run_{i}(void) {{\n{impl.code}\n}}")
+        entries.append(f'    {{"{impl.name}", run_{i}, 0, {int(impl.reference)}}}')
+    table = ",\n".join(entries)
     parts.append(f"static struct impl impls[] = {{\n{table}\n}};")
-    parts.append(f"#define N_IMPLS {len(all_impls)}")
-    setup = "".join(impl.setup.replace("IDX", str(i)) for i, impl in enumerate(all_impls))
+    parts.append(f"#define N_IMPLS {len(entries)}")
+    setup = "".join(impl.setup.replace("IDX", str(i)) for i, impl in enumerate(impls, start=1))
     parts.append(f"static void setup(int threads) {{\n{thread_setup}{setup}    (void)threads;\n}}")
     parts.append(_MAIN)
     return "\n".join(parts)

@@ -177,8 +177,8 @@ class _Emitter:
             and self._reduces_in_registers(node, views)
         ):
             if VECTOR_REGISTERS[ctx.isa] < 32:
-                indent = ctx.lines[innermost][: -len(ctx.lines[innermost].lstrip())]
-                ctx.lines.insert(innermost, f"{indent}#pragma GCC unroll {K_UNROLL}")
+                pragma = "    " * (ctx.depth - 1) + f"#pragma GCC unroll {K_UNROLL}"
+                ctx.lines.insert(innermost, pragma)
             else:  # emit the loop again with the copies written out
                 del ctx.lines[innermost:]
                 ctx.depth -= 1
@@ -204,18 +204,16 @@ class _Emitter:
         """Loop variable `v` over `n` steps as a loop of K_UNROLL body copies per
         iteration, then the remainder as straight-line copies."""
         ctx = self.ctx
-        full, rem = divmod(n, K_UNROLL)
-        if full > 1:
+        full = n // K_UNROLL
+        looped = full * K_UNROLL if full > 1 else 0  # steps covered by the loop
+        if looped:
             ctx.amap.extent[v] = full
             ctx.open(f"for (int i{v} = 0; i{v} < {full}; i{v}++) {{")
             for u in range(K_UNROLL):
                 body(tuple(x.substitute(v, K_UNROLL, u) for x in views))
             ctx.close()
-        else:
-            for u in range(full * K_UNROLL):
-                body(tuple(x.bind({v: u}) for x in views))
-        for r in range(rem):
-            body(tuple(x.bind({v: full * K_UNROLL + r}) for x in views))
+        for u in range(looped, n):
+            body(tuple(x.bind({v: u}) for x in views))
 
     @staticmethod
     def _reduces_in_registers(node: Loop, views: tuple[View, ...]) -> bool:

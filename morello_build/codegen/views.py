@@ -167,7 +167,7 @@ class View:
         out = []
         for o in self.offset:
             c = dict(o.terms).get(var, 0)
-            out.append(Affine(o.const, o.terms).plus_var(var, c * (coef - 1)).shifted(c * const))
+            out.append(o.plus_var(var, c * (coef - 1)).shifted(c * const))
         return View(self.buf, tuple(out), self.shape)
 
     def bind(self, values: dict[int, int]) -> View:
