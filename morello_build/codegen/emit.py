@@ -174,13 +174,12 @@ class _Emitter:
             real
             and not node.parallel
             and not nests_loops
-            and steps[real[-1]] % K_UNROLL == 0
             and self._reduces_in_registers(node, views)
         ):
             if VECTOR_REGISTERS[ctx.isa] < 32:
                 pragma = "    " * (ctx.depth - 1) + f"#pragma GCC unroll {K_UNROLL}"
                 ctx.lines.insert(innermost, pragma)
-            else:  # emit the loop again with the copies written out
+            elif steps[real[-1]] % K_UNROLL == 0:  # emit it again with the copies written out
                 del ctx.lines[innermost:]
                 ctx.depth -= 1
                 ctx.restore(snap)
@@ -237,13 +236,17 @@ class _Emitter:
           avx512 (written out by 4 / by 2 / rolled): 512^3 1.09x / 1.03x / 1.06x;
             256^3 1.13x / 1.13x / 1.10x; 16^3 +1%; 128^3, 64^3, bf16 256^3 within 1%;
             100x37x250 1.08x / 1.10x / 1.12x.
-        A trip count that K_UNROLL does not divide stays rolled: the leftover step, written
-        out after the loop, reads A at a fixed k, so gcc hoists its 12 broadcasts out of
-        the loop over column tiles and spills them (and accumulators) to the stack. Ratio to
-        MKL's JIT, avx512, 3 rounds, written out with the remainder copy / rolled:
-        96x37x224 0.938-0.951 / 0.952-0.977; 100x37x256 0.933-0.959 / 0.954-0.988;
-        100x37x250 0.928-0.950 / 0.961-0.979; without a remainder it does not lose:
-        96x36x224 0.969-0.986 / 0.970-0.987, 100x36x224 0.964-0.974 / 0.964-0.966.
+        On AVX-512 a trip count that K_UNROLL does not divide stays rolled: the leftover
+        step, written out after the loop, reads A at a fixed k, so gcc hoists its 12
+        broadcasts out of the loop over column tiles and spills them (and accumulators)
+        to the stack. Ratio to MKL's JIT, 3 rounds, written out with the remainder copy /
+        rolled: 96x37x224 0.938-0.951 / 0.952-0.977; 100x37x256 0.933-0.959 /
+        0.954-0.988; 100x37x250 0.928-0.971 / 0.961-0.992 (rolled ahead by 2-4% in each
+        of 6 rounds). Without a remainder it mostly does not lose: 96x36x224 0.969-0.986 /
+        0.970-0.987, 100x36x224 0.964-0.974 / 0.964-0.966 (but 100x36x250 and 100x40x250,
+        with a masked 26-column edge tile, lost 1.5-2.5% written out; not explained).
+        gcc's own unrolling (the pragma, avx2) handles a remainder well: avx2 100x37x250
+        0.981-0.984 with the pragma, 0.968-0.977 rolled.
         """
         out = views[node.spec.output_index]
         return out.buf.kind != MEM and node.spec.kind != ZERO
