@@ -236,11 +236,13 @@ class _Emitter:
           avx512 (written out by 4 / by 2 / rolled): 512^3 1.09x / 1.03x / 1.06x;
             256^3 1.13x / 1.13x / 1.10x; 16^3 +1%; 128^3, 64^3, bf16 256^3 within 1%;
             100x37x250 1.08x / 1.10x / 1.12x.
-        On AVX-512 a trip count that K_UNROLL does not divide stays rolled: the leftover
-        step, written out after the loop, reads A at a fixed k, so gcc hoists its 12
+        On AVX-512 a trip count that K_UNROLL does not divide stays rolled. Written out,
+        the leftover step after the loop reads A at a fixed k, so gcc hoists its 12
         broadcasts out of the loop over column tiles and spills them (and accumulators)
-        to the stack. Ratio to MKL's JIT, 3 rounds, written out with the remainder copy /
-        rolled: 96x37x224 0.938-0.951 / 0.952-0.977; 100x37x256 0.933-0.959 /
+        to the stack; running the leftover plus one group of steps as a rolled loop first
+        (`#pragma GCC unroll 1`, few spills left) measured as slow (100x37x250 0.942-0.952
+        vs 0.972-0.987 rolled), so the cause is not only the spills. Ratio to MKL's JIT,
+        3 rounds, written out with the remainder copy / rolled: 96x37x224 0.938-0.951 / 0.952-0.977; 100x37x256 0.933-0.959 /
         0.954-0.988; 100x37x250 0.928-0.971 / 0.961-0.992 (rolled ahead by 2-4% in each
         of 6 rounds). Without a remainder it mostly does not lose: 96x36x224 0.969-0.986 /
         0.970-0.987, 100x36x224 0.964-0.974 / 0.964-0.966 (but 100x36x250 and 100x40x250,
