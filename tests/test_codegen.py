@@ -274,8 +274,8 @@ def test_register_tile_reduction_loops_are_unrolled_by_four_and_still_correct(
 ) -> None:
     """The k loop around a register tile's FMAs is unrolled K_UNROLL times: by the
     compiler (`#pragma GCC unroll`) with 16 vector registers, written out in C with 32
-    when K_UNROLL divides the trip count (else it stays rolled: a written-out leftover
-    step made gcc spill). Either way the result stays exact."""
+    when K_UNROLL divides the trip count (else it stays rolled: written out with a
+    leftover step it ran slower). Either way the result stays exact."""
     ls = parse_spec(f"Matmul(1x16x{k}x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
     impl = synth(ls, isa)
     lines = generate_c(impl, "k", isa).c_source.splitlines()

@@ -204,6 +204,7 @@ class _Emitter:
         """Loop variable `v` over `n` steps (a multiple of K_UNROLL) as a loop of
         K_UNROLL body copies per iteration; straight-line copies when that loop would
         run once."""
+        assert n % K_UNROLL == 0, n
         ctx = self.ctx
         full = n // K_UNROLL
         if full == 1:
@@ -242,12 +243,13 @@ class _Emitter:
         to the stack; running the leftover plus one group of steps as a rolled loop first
         (`#pragma GCC unroll 1`, few spills left) measured as slow (100x37x250 0.942-0.952
         vs 0.972-0.987 rolled), so the cause is not only the spills. Ratio to MKL's JIT,
-        3 rounds, written out with the remainder copy / rolled: 96x37x224 0.938-0.951 / 0.952-0.977; 100x37x256 0.933-0.959 /
-        0.954-0.988; 100x37x250 0.928-0.971 / 0.961-0.992 (rolled ahead by 2-4% in each
-        of 6 rounds). Without a remainder it mostly does not lose: 96x36x224 0.969-0.986 /
-        0.970-0.987, 100x36x224 0.964-0.974 / 0.964-0.966 (but 100x36x250 and 100x40x250,
-        with a masked 26-column edge tile, lost 1.5-2.5% written out; not explained).
-        gcc's own unrolling (the pragma, avx2) handles a remainder well: avx2 100x37x250
+        3 rounds, written out with the remainder copy / rolled: 96x37x224 0.938-0.951 /
+        0.952-0.977; 100x37x256 0.933-0.959 / 0.954-0.988; 100x37x250 0.928-0.971 /
+        0.961-0.992 (rolled ahead by 2-4% in each of 6 rounds). Without a remainder it
+        mostly does not lose: 96x36x224 0.969-0.986 / 0.970-0.987, 100x36x224
+        0.964-0.974 / 0.964-0.966 (but 100x36x250 and 100x40x250, with a masked
+        26-column edge tile, lost 1.5-2.5% written out; not explained). gcc's own
+        unrolling (the pragma, avx2) handles a remainder well: avx2 100x37x250
         0.981-0.984 with the pragma, 0.968-0.977 rolled.
         """
         out = views[node.spec.output_index]
