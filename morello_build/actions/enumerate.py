@@ -272,8 +272,10 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
             continue
         if level is Level.L2:
             # Views only (copies are made in GL or L1), and only of a tile that fits L2 but
-            # not L1: a tile that fits L1 moves there directly, an L2 view only adds Specs.
-            if target.max_limits[Level.L1] < t.cache_lines() <= target.max_limits[Level.L2]:
+            # not beside anything else in L1: a smaller tile moves to L1 directly (an L2
+            # view only adds Specs); one as big as all of L1 (B of 128^3, 64 KiB) is read
+            # from L2 in strips (`tensorspec._l2_strip`).
+            if target.max_limits[Level.L1] <= t.cache_lines() <= target.max_limits[Level.L2]:
                 acts.append(Move(i, level, t.layout, None, t.dtype))
             continue
         for dtype in dtypes:

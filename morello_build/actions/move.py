@@ -43,6 +43,11 @@ class Move:
     def new_tensor(self, spec: LogicalSpec) -> tuple[TensorSpec, bool] | None:
         """The introduced tensor and whether it is a cache view (no copy)."""
         src = spec.operands[self.operand]
+        if src.level is Level.L2 and not src.layout.is_fully_contiguous:
+            # A strip of an L2 view (`tensorspec._l2_strip`) is read in place, a row at a
+            # time: as a whole it crowds a few L1 sets (no L1 view), and a copy of it
+            # (e.g. AMX's bf16 pair packing) measured slower than one from memory.
+            return None
         if self.level.is_cache and self.dtype == src.dtype and self.layout == src.layout:
             if not level_holds(self.level, src.layout):
                 return None

@@ -163,6 +163,32 @@ def level_holds(level: Level, layout: lay.Layout) -> bool:
     return level is not Level.L2 or layout.is_fully_contiguous
 
 
+#: The widest rows (bytes) a strided strip of an L2 view may be cut from; see `_l2_strip`.
+L2_STRIP_MAX_ROW_BYTES = 512
+
+
+def _l2_strip(parent: TensorSpec, layout: lay.Layout) -> bool:
+    """Whether a column strip of a whole row-major L2 view may stay in L2 (e.g. the
+    128x32 strip of a 128x128 B that a whole-k 12x32 register tile reads).
+
+    Why: the rows of such a B are too many for L1 (64 KiB) but each strip streams from
+    L2 in order, one row after the next. avx512 128^3, same harness, ratio to MKL: whole-k
+    12x32 tiles reading these strips 1.05-1.06x; the plans the model chose while a strip
+    counted as main memory (k split, C stored and reloaded) 0.95-0.98x. Why 512 bytes: at
+    2 KiB rows (512^3) the same strips measured 0.89-1.07x from one run to the next, so
+    wider rows keep to packed panels. A strip is read in place, never moved as a whole
+    (`Move`): as an L1 view its lines crowd a few L1 sets (128 rows 512 bytes apart fill
+    16 of 64 sets with 16 lines each, more than the 12 ways), so row blocks that meant to
+    reuse it from L1 measured 0.97-1.01x; AMX bf16 256^3 packing 64-column strips of it
+    ran 1.21-1.22x MKL against 1.32-1.37x packing 32-column strips from memory. One level
+    only: a tile of a strip has lost the parent's row stride, so it must be contiguous."""
+    if parent.level is not Level.L2 or not parent.layout.is_row_major():
+        return False
+    if not parent.layout.is_fully_contiguous or layout.contig < 1:
+        return False
+    return parent.shape[-1] * parent.dtype.size <= L2_STRIP_MAX_ROW_BYTES
+
+
 def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     """The TensorSpec of a `tile`-shaped piece of `t` (same level, dtype, vector size)."""
     if tile == t.shape:
@@ -172,7 +198,7 @@ def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     new_layout = lay.update_for_tiling(t.layout, t.shape, tile)
     if new_layout is None:
         return None
-    if not level_holds(t.level, new_layout):
+    if not level_holds(t.level, new_layout) and not _l2_strip(t, new_layout):
         return None
     if t.vector_size is not None:
         vs = t.vector_size

@@ -405,8 +405,23 @@ def _vassign_applies(s: LogicalSpec, t: Target) -> bool:
     return all(o.level in (Level.VRF, Level.L1) for o in (a, b))
 
 
+#: Cost units of storing one 64-byte vector register to memory: the time of 2 FMAs (2 units
+#: each in `_bvma_cost`). Measured on this CPU (asm loops, best of 7): an FMA 0.135 ns
+#: (2 per cycle), a zmm store 0.250 ns (1.85 FMAs), 24 FMAs followed by storing their 24
+#: registers 2.82 FMAs per pair: a register tile's stores do not hide behind its FMAs.
+#: At one unit (the reference's price) the model saw storing and reloading C around a k
+#: split as nearly free and picked such plans at 128^3 (0.95-0.98x of MKL against
+#: 1.05-1.06x for whole-k tiles that store C once; same harness). 32-byte stores keep one
+#: unit: one ymm store took 0.249 ns, 2.0 ymm FMAs, but a ymm FMA followed by its store
+#: 2.03, so there the stores do overlap the FMAs.
+ZMM_STORE_COST = 4
+
+
 def _vassign_cost(s: LogicalSpec, t: Target) -> int:
     a, b = s.operands
+    stores = a.level is Level.VRF and b.level is not Level.VRF
+    if stores and a.vector_size is not None and a.vector_size * a.dtype.size == 64:
+        return ZMM_STORE_COST * a.registers
     return (a if a.level is Level.VRF else b).registers
 
 
