@@ -16,6 +16,7 @@ from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
 from morello_build.codegen.emit import generate_c
 from morello_build.imp.nodes import Alloc, Block, Impl, Kernel, Loop
+from morello_build.imp.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
@@ -393,13 +394,6 @@ def _strip_gemm() -> Impl:
     return _synth("Matmul(1x36x128x128, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
 
 
-def _loops(impl: Impl) -> list[Loop]:
-    out = [impl] if isinstance(impl, Loop) else []
-    for c in impl.children:
-        out += _loops(c)
-    return out
-
-
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_whole_k_register_tiles_read_narrow_b_strips_from_l2(compiler: str) -> None:
     """B of 128x128 f32 fills the model's L1. The DP views it in L2 and runs whole-k 12x32
@@ -410,8 +404,8 @@ def test_whole_k_register_tiles_read_narrow_b_strips_from_l2(compiler: str) -> N
     assert any(v.operand == 1 and v.cache_view for v in _l2_views(impl)), _l2_views(impl)
     kernels = _kernels(impl)
     assert "VectorZero" in kernels and "MemsetZero" not in kernels
-    for loop in _loops(impl):
-        if loop.action.startswith("split("):
+    for loop in iter_nodes(impl):
+        if isinstance(loop, Loop) and loop.action.startswith("split("):
             assert loop.tile_shape[2] == 1, loop.action  # only the register tile's k steps
     _verify(impl, "avx512", compiler)
 
