@@ -98,6 +98,20 @@ def _bvma_cost(s: LogicalSpec, t: Target) -> int:
     return 2 * _nvec(s.operands[2]) + 1
 
 
+def _bvma_memory(s: LogicalSpec, t: Target) -> Limits:
+    """One vector register for the broadcast scalar, except where AVX-512 folds it into the
+    FMA: an EVEX FMA reads a scalar from memory as an embedded broadcast (`{1to16}`), and
+    gcc and clang emit that form when the scalar feeds a single FMA (a C row of one
+    vector). So a 16x16 C tile and all 16 rows of B fit the 32 zmm registers, which is how
+    the DP's 16^3 kernel keeps B in registers (see `VRF_LOAD_COST`). AVX2 has no embedded
+    broadcast, and a scalar feeding several FMAs is broadcast into a register once."""
+    a, b, c = s.operands
+    scalar = a if _bvma_orientation(s) == "row" else b
+    if isa_includes(t.isa, "avx512") and _nvec(c) == 1 and scalar.level is not Level.RF:
+        return _regs()
+    return _regs(vrf=1)
+
+
 def _bvma_bf16_applies(s: LogicalSpec, t: Target) -> bool:
     a, b, c = s.operands
     return (
@@ -417,11 +431,31 @@ def _vassign_applies(s: LogicalSpec, t: Target) -> bool:
 ZMM_STORE_COST = 4
 
 
+#: Cost units of one load into vector registers on AVX-512, on top of one unit per register:
+#: a price per load *group*, so that of two plans with the same loads the DP prefers the one
+#: that loads B for several k steps at once, ahead of the FMAs that use it, over one that
+#: loads each B row right before its FMAs. Such a plan runs each C row's FMAs over the group
+#: as a chain (rows outer, k inner), and that order is most of the gain: at 16^3, all of B
+#: in registers with the k-outer order measured 0.997-0.999 of MKL's JIT, with the row
+#: chains 1.051-1.053 (the cause is not pinned down). DP plans before and after, same
+#: harness, 3-4 rounds, ratio to MKL's JIT: 16^3 (all of B in 16 zmm) 0.976-0.978 ->
+#: 1.051-1.053; 32^3 (B two k steps at a time) 1.009-1.010 -> 1.043-1.044; 64^3 0.993-0.996
+#: -> 0.996-0.998; ratio to MKL: 512^3 (its B pack copies a 512-float row through 32
+#: registers at once) 1.025-1.062 -> 1.048-1.067; 512^3 on 2 threads (B two k steps at a
+#: time) 0.983-1.025 -> 0.996-1.030; bf16 256^3 (widening copies of whole A rows) 1.627 ->
+#: 1.625-1.628. The other table shapes keep their plans. AVX2 keeps the plain price: there
+#: (16 registers, no embedded broadcast) the same rule picked B groups of 4 k steps at 8^3
+#: and measured 1.049 -> 1.000 of the JIT.
+VRF_LOAD_COST = 1
+
+
 def _vassign_cost(s: LogicalSpec, t: Target) -> int:
     a, b = s.operands
     stores = a.level is Level.VRF and b.level is not Level.VRF
     if stores and a.vector_size is not None and a.vector_size * a.dtype.size == 64:
         return ZMM_STORE_COST * a.registers
+    if b.level is Level.VRF and a.level is not Level.VRF and isa_includes(t.isa, "avx512"):
+        return b.registers + VRF_LOAD_COST
     return (a if a.level is Level.VRF else b).registers
 
 
@@ -509,7 +543,7 @@ def _vector_zero_applies(s: LogicalSpec, t: Target) -> bool:
 
 KERNELS: tuple[Kernel, ...] = (
     Kernel("MultAdd", MATMUL, _mult_add_applies, _no_mem, _mult_add_cost),
-    Kernel("BroadcastVecMultAdd", MATMUL, _bvma_applies, lambda s, t: _regs(vrf=1), _bvma_cost),
+    Kernel("BroadcastVecMultAdd", MATMUL, _bvma_applies, _bvma_memory, _bvma_cost),
     Kernel(
         "BroadcastVecMultAddBf16F32",
         MATMUL,
