@@ -34,10 +34,7 @@ ROWS_BF16 = KERNELS_BY_NAME["VecMatRowsBf16F32"]
 
 
 def _kernels(impl: Impl) -> list[str]:
-    out = [impl.name] if isinstance(impl, Kernel) else []
-    for c in impl.children:
-        out += _kernels(c)
-    return out
+    return [n.name for n in iter_nodes(impl) if isinstance(n, Kernel)]
 
 
 def _synth(text: str, isa: str) -> Impl:
@@ -214,12 +211,11 @@ def test_rows_loop_structure() -> None:
 
 def _vrf_outputs(impl: Impl) -> list[tuple[int, ...]]:
     """Shapes of the output tiles moved into vector registers (the register tiles)."""
-    out = []
-    if isinstance(impl, Alloc) and impl.tensor.level is Level.VRF and impl.operand == 2:
-        out.append(impl.tensor.shape)
-    for c in impl.children:
-        out += _vrf_outputs(c)
-    return out
+    return [
+        n.tensor.shape
+        for n in iter_nodes(impl)
+        if isinstance(n, Alloc) and n.tensor.level is Level.VRF and n.operand == 2
+    ]
 
 
 def test_register_rows_tile_only_the_m_dim() -> None:
@@ -267,10 +263,7 @@ def test_a_zero_outside_parallel_loops_costs_main_memory_stores() -> None:
 
 
 def _l2_views(impl: Impl) -> list[Alloc]:
-    out = [impl] if isinstance(impl, Alloc) and impl.tensor.level is Level.L2 else []
-    for c in impl.children:
-        out += _l2_views(c)
-    return out
+    return [n for n in iter_nodes(impl) if isinstance(n, Alloc) and n.tensor.level is Level.L2]
 
 
 def _l2_moves(spec_text: str, isa: str) -> list[Move]:

@@ -451,12 +451,12 @@ VRF_LOAD_COST = 1
 
 def _vassign_cost(s: LogicalSpec, t: Target) -> int:
     a, b = s.operands
-    stores = a.level is Level.VRF and b.level is not Level.VRF
-    if stores and a.vector_size is not None and a.vector_size * a.dtype.size == 64:
-        return ZMM_STORE_COST * a.registers
-    if b.level is Level.VRF and a.level is not Level.VRF and isa_includes(t.isa, "avx512"):
+    if b.level is not Level.VRF:  # a store from the registers of `a`
+        zmm = a.vector_size is not None and a.vector_size * a.dtype.size == 64
+        return (ZMM_STORE_COST if zmm else 1) * a.registers
+    if a.level is not Level.VRF and isa_includes(t.isa, "avx512"):  # a load
         return b.registers + VRF_LOAD_COST
-    return (a if a.level is Level.VRF else b).registers
+    return b.registers  # an AVX2 load, or a copy between registers (same count both sides)
 
 
 def _vcast_applies(s: LogicalSpec, t: Target) -> bool:
