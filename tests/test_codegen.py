@@ -30,6 +30,7 @@ from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, Spec, canonical
 from morello_build.ir.tensorspec import make_tensor
 from morello_build.ir.text import parse_spec
+from morello_build.schedule import Schedule
 from morello_build.search.dp import Search
 from morello_build.target.isa import host_supports
 from morello_build.target.x86 import get_target
@@ -241,6 +242,31 @@ def test_packed_scratch_buffer() -> None:
         g = generate_c(tree, "k", isa)
         assert re.search(r"float buf\d+\[\d+\] __attribute__\(\(aligned\(64\)\)\);", g.c_source)
         check(tree, isa)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_heap_workspace_is_allocated_once_per_call_or_thread(threads: int) -> None:
+    """A packed B block too big for the stack, inside the k loop: allocated once, before
+    any loop of the function (serial) or of the parallel loop's body, freed once at the
+    end, and the kernel stays exact. (Allocated per k block it was a fresh mmap each
+    time: page faults and unmaps on every iteration.)"""
+    serial = ", serial" if threads == 1 else ""
+    ls = parse_spec(f"Matmul(1x16x256x64, f32:GL:row, f32:GL:row, f32:GL:row{serial})")
+    s = Schedule.for_spec(ls, get_target("avx2"))
+    if threads > 1:
+        s = s.tile_out(1, 8, 64, parallel=True)
+    s = s.to_accum().at(1, lambda h: h.split(128).move(1, "GL", layout="[2,1,2p16]"))
+    impl = s.synthesize_rest().impl
+    g = generate_c(impl, "k", "avx2")
+    lines = g.c_source.splitlines()
+    alloc = [i for i, x in enumerate(lines) if "posix_memalign" in x]
+    frees = [i for i, x in enumerate(lines) if x.strip().startswith("free(")]
+    loops = [i for i, x in enumerate(lines) if x.strip().startswith("for (")]
+    assert len(alloc) == 1 and len(frees) == 1, g.c_source
+    assert sum(i < alloc[0] for i in loops) == threads - 1, g.c_source
+    assert frees[0] > loops[-1]
+    assert g.abi.workspace_bytes == 128 * 64 * 4
+    check(impl, "avx2")
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
