@@ -9,12 +9,14 @@ compared with numpy).
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
 from morello_build.codegen.emit import generate_c
+from morello_build.codegen.kernels import STREAM_PREFETCH_AHEAD
 from morello_build.imp.nodes import Alloc, Block, Impl, Kernel, Loop
 from morello_build.imp.printer import iter_nodes
 from morello_build.ir.levels import Level
@@ -189,6 +191,38 @@ def test_synthesized_matrix_vector_verifies(isa: str, text: str, compiler: str) 
     impl = _synth(text, isa)
     assert any(k.startswith("VecMatRows") for k in _kernels(impl))
     _verify(impl, isa, compiler)
+
+
+@pytest.mark.parametrize(
+    ("isa", "text", "kernel", "lines_per_row"),
+    [
+        # 9 zmm of bf16 widened to f32: 2 loop steps of 4 (128 bytes, 2 lines of each row)
+        # and a 1-zmm tail.
+        ("avx512", "Matmul(1x1x5x144, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "bf16", 2),
+        # 4 ymm of f32 per step: 128 bytes of each row, 2 lines.
+        ("avx2", "Matmul(1x1x3x96, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 2),
+        ("avx2", "Matmul(1x1x2x96, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "bf16", 1),
+        # 4 zmm of f32: 256 bytes of each row per step, which the hardware streams better.
+        ("avx512", "Matmul(1x1x3x160, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 0),
+    ],
+)
+def test_rows_loop_prefetches_every_row_ahead(
+    isa: str, text: str, kernel: str, lines_per_row: int
+) -> None:
+    """Each step of the streaming loop prefetches the lines of every B row it will read
+    `STREAM_PREFETCH_AHEAD` elements later (when a step reads at most
+    `STREAM_PREFETCH_MAX_STEP_BYTES` of a row); a tail step outside the loop prefetches
+    nothing. The kernel stays exact."""
+    tree = _rows_tree(text, "VecMatRowsF32" if kernel == "f32" else "VecMatRowsBf16F32")
+    src = generate_c(tree, "k", isa).c_source
+    rows = parse_spec(text).shape[2]
+    ahead = STREAM_PREFETCH_AHEAD * (2 if kernel == "bf16" else 4)
+    got = re.findall(r"__builtin_prefetch\(.*b\d+_(\d+) \+ j\d+\) \+ (\d+)\), 0, 3\);", src)
+    want = [(str(r), str(ahead + 64 * i)) for r in range(rows) for i in range(lines_per_row)]
+    assert sorted(got) == sorted(want), src
+    assert src.count("__builtin_prefetch") == len(want), src
+    assert "for (int j" in src
+    _verify(tree, isa, "gcc")
 
 
 def test_rows_loop_structure() -> None:

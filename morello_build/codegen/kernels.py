@@ -302,11 +302,31 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
     return first
 
 
+#: Software prefetch in the streaming matrix-vector loop: each step prefetches the lines of
+#: every B row it will read `STREAM_PREFETCH_AHEAD` elements later (1 KiB of bf16, 2 KiB
+#: of f32), when a step reads at most `STREAM_PREFETCH_MAX_STEP_BYTES` of each row. The
+#: hardware prefetchers alone keep 8 concurrent rows read 64-128 bytes at a time short of
+#: memory speed, but serve rows read 256 bytes at a time better than the prefetches do.
+#: 1x2048x16384, 3-4 rounds of one harness run per row (two runs for most), ratio to MKL
+#: (avx2 bf16: GF/s; MKL has no AVX2 bf16), without / with the prefetch:
+#:   avx512 bf16 (128 bytes per row per step)  0.999-1.016 / 1.089-1.125
+#:   amx bf16 (the same loop)                  1.007-1.016 / 1.056-1.078
+#:   avx2 bf16 (64 bytes)                      23.9-26.5 / 28.0-28.8 GF/s
+#:   avx2 f32 (128 bytes)                      1.002-1.017 / 1.039-1.093
+#:   avx512 f32 (256 bytes)                    0.972-1.010 / 0.936-0.963 (so: none)
+#: Other distances (avx512 bf16): 256 bytes 1.045-1.050, 4 KiB 1.043-1.049; for f32 half
+#: a KiB lost 17-19%. Into L2 only (locality 2) instead of L1 was no better; one prefetch per
+#: row per step instead of one per line, worse. f32 1x1024x1024 (B in L3): within 0.5%.
+STREAM_PREFETCH_AHEAD = 512
+STREAM_PREFETCH_MAX_STEP_BYTES = 128
+
+
 def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     """c[0, :] += sum_kk a[kk] * B[kk, :], streaming the k rows of B side by side.
 
-    Per step of `STREAM_ACCUMULATORS` vectors along n: load the output vectors, add every
-    row's contribution (bf16 rows widened in registers), store them back.
+    Per step of `STREAM_ACCUMULATORS` vectors along n: prefetch every row's lines ahead
+    (see `STREAM_PREFETCH_AHEAD`), load the output vectors, add every row's contribution
+    (bf16 rows widened in registers), store them back.
     """
     a, b, c = views
     _, m, kk, n = spec.shape
@@ -369,6 +389,17 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
                     f"{a1} = ({vf})_mm512_permutex2var_ps((__m512){t}, {second}, (__m512){a1});"
                 )
 
+        esize = 2 if bf16 else 4
+        row_bytes = count * lanes * esize  # of each row, this step
+        if var and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES:
+            # In the loop only; a hint, so past B's end it reads nothing.
+            for r in range(kk):
+                for off in range(0, row_bytes, 64):
+                    ahead = STREAM_PREFETCH_AHEAD * esize + off
+                    ctx.line(
+                        f"__builtin_prefetch((const void *)((uintptr_t)(b{u}_{r} + {var}) "
+                        f"+ {ahead}), 0, 3);"
+                    )
         for i, acc in enumerate(accs):
             ctx.line(f"memcpy(&{acc}, c{u} + {at(i)}, sizeof {acc});")
         shuffle_pairs(f"ev{u}", f"od{u}", f"{vf} ")
