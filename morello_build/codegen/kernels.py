@@ -307,16 +307,17 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
 #: of f32), when a step reads at most `STREAM_PREFETCH_MAX_STEP_BYTES` of each row. The
 #: hardware prefetchers alone keep 8 concurrent rows read 64-128 bytes at a time short of
 #: memory speed, but serve rows read 256 bytes at a time better than the prefetches do.
-#: 1x2048x16384, 3-4 rounds of one harness run per row (two runs for most), ratio to MKL
+#: 1x2048x16384, 3-4 rounds per harness run, 1-3 runs per row, ratio to MKL
 #: (avx2 bf16: GF/s; MKL has no AVX2 bf16), without / with the prefetch:
-#:   avx512 bf16 (128 bytes per row per step)  0.999-1.016 / 1.089-1.125
+#:   avx512 bf16 (128 bytes per row per step)  0.999-1.016 / 1.081-1.125
 #:   amx bf16 (the same loop)                  1.007-1.016 / 1.056-1.078
 #:   avx2 bf16 (64 bytes)                      23.9-26.5 / 28.0-28.8 GF/s
-#:   avx2 f32 (128 bytes)                      1.002-1.017 / 1.039-1.093
-#:   avx512 f32 (256 bytes)                    0.972-1.010 / 0.936-0.963 (so: none)
+#:   avx2 f32 (128 bytes)                      1.002-1.017 / 1.023-1.093
+#:   avx512 f32 (256 bytes)                    0.972-1.010 / 0.936-1.035, worse or equal in
+#:                                             8 of 11 rounds (so: none)
 #: Other distances (avx512 bf16): 256 bytes 1.045-1.050, 4 KiB 1.043-1.049; for f32 half
-#: a KiB lost 17-19%. Into L2 only (locality 2) instead of L1 was no better; one prefetch per
-#: row per step instead of one per line, worse. f32 1x1024x1024 (B in L3): within 0.5%.
+#: a KiB lost up to 20%. Into L2 only (locality 2) instead of L1 was no better; one prefetch
+#: per row per step instead of one per line, worse. f32 1x1024x1024 (B in L3): within 0.5%.
 STREAM_PREFETCH_AHEAD = 512
 STREAM_PREFETCH_MAX_STEP_BYTES = 128
 
