@@ -196,14 +196,16 @@ def test_synthesized_matrix_vector_verifies(isa: str, text: str, compiler: str) 
 @pytest.mark.parametrize(
     ("isa", "text", "kernel", "lines_per_row"),
     [
-        # 9 zmm of bf16 widened to f32: 2 loop steps of 4 (128 bytes, 2 lines of each row)
-        # and a 1-zmm tail.
-        ("avx512", "Matmul(1x1x5x144, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "bf16", 2),
+        # 129 zmm of bf16 widened to f32: 32 loop steps of 4 (128 bytes, 2 lines of each
+        # row) and a 1-zmm tail.
+        ("avx512", "Matmul(1x1x5x2064, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "bf16", 2),
         # 4 ymm of f32 per step: 128 bytes of each row, 2 lines.
-        ("avx2", "Matmul(1x1x3x96, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 2),
-        ("avx2", "Matmul(1x1x2x96, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "bf16", 1),
+        ("avx2", "Matmul(1x1x3x2048, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 2),
+        ("avx2", "Matmul(1x1x2x2048, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "bf16", 1),
         # 4 zmm of f32: 256 bytes of each row per step, which the hardware streams better.
-        ("avx512", "Matmul(1x1x3x160, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 0),
+        ("avx512", "Matmul(1x1x3x2064, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 0),
+        # Rows shorter than STREAM_PREFETCH_MIN_ROW.
+        ("avx2", "Matmul(1x1x3x1024, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "f32", 0),
     ],
 )
 def test_rows_loop_prefetches_every_row_ahead(
@@ -211,8 +213,8 @@ def test_rows_loop_prefetches_every_row_ahead(
 ) -> None:
     """Each step of the streaming loop prefetches the lines of every B row it will read
     `STREAM_PREFETCH_AHEAD` elements later (when a step reads at most
-    `STREAM_PREFETCH_MAX_STEP_BYTES` of a row); a tail step outside the loop prefetches
-    nothing. The kernel stays exact."""
+    `STREAM_PREFETCH_MAX_STEP_BYTES` of a row, and rows are long); a tail step outside the
+    loop prefetches nothing. The kernel stays exact."""
     tree = _rows_tree(text, "VecMatRowsF32" if kernel == "f32" else "VecMatRowsBf16F32")
     src = generate_c(tree, "k", isa).c_source
     rows = parse_spec(text).shape[2]

@@ -304,11 +304,12 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
 
 #: Software prefetch in the streaming matrix-vector loop: each step prefetches the lines of
 #: every B row it will read `STREAM_PREFETCH_AHEAD` elements later (1 KiB of bf16, 2 KiB
-#: of f32), when a step reads at most `STREAM_PREFETCH_MAX_STEP_BYTES` of each row. The
-#: hardware prefetchers alone keep 8 concurrent rows read 64-128 bytes at a time short of
-#: memory speed, but serve rows read 256 bytes at a time better than the prefetches do.
-#: 1x2048x16384, 3-4 rounds per harness run, 1-3 runs per row, ratio to MKL
-#: (avx2 bf16: GF/s; MKL has no AVX2 bf16), without / with the prefetch:
+#: of f32), when a step reads at most `STREAM_PREFETCH_MAX_STEP_BYTES` of each row and the
+#: rows are at least `STREAM_PREFETCH_MIN_ROW` long. The hardware prefetchers alone keep 8
+#: concurrent rows read 64-128 bytes at a time short of memory speed, but serve rows read
+#: 256 bytes at a time better than the prefetches do. 1x2048x16384, 3-4 rounds per harness
+#: run, 1-3 runs per row, ratio to MKL (avx2 bf16: GF/s; MKL has no AVX2 bf16), without /
+#: with the prefetch:
 #:   avx512 bf16 (128 bytes per row per step)  0.999-1.016 / 1.081-1.125
 #:   amx bf16 (the same loop)                  1.007-1.016 / 1.056-1.078
 #:   avx2 bf16 (64 bytes)                      23.9-26.5 / 28.0-28.8 GF/s
@@ -317,9 +318,13 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
 #:                                             8 of 11 rounds (so: none)
 #: Other distances (avx512 bf16): 256 bytes 1.045-1.050, 4 KiB 1.043-1.049; for f32 half
 #: a KiB lost up to 20%. Into L2 only (locality 2) instead of L1 was no better; one prefetch
-#: per row per step instead of one per line, worse. f32 1x1024x1024 (B in L3): within 0.5%.
+#: per row per step instead of one per line, worse. Short rows get none: in the last part
+#: of a row the prefetches fall on lines of the next row that have been read already, and
+#: such a B stays in cache between calls; avx2 f32 1x1024x1024 (4 KiB rows), two runs:
+#: 1.007-1.015 without, 1.000-1.009 with (avx512: within 0.5% either way).
 STREAM_PREFETCH_AHEAD = 512
 STREAM_PREFETCH_MAX_STEP_BYTES = 128
+STREAM_PREFETCH_MIN_ROW = 4 * STREAM_PREFETCH_AHEAD
 
 
 def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
@@ -392,7 +397,7 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
 
         esize = 2 if bf16 else 4
         row_bytes = count * lanes * esize  # of each row, this step
-        if var and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES:
+        if var and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES and n >= STREAM_PREFETCH_MIN_ROW:
             # In the loop only; a hint, so past B's end it reads nothing.
             for r in range(kk):
                 for off in range(0, row_bytes, 64):
