@@ -248,8 +248,8 @@ def test_packed_scratch_buffer() -> None:
 def test_heap_workspace_is_allocated_once_per_call_or_thread(threads: int) -> None:
     """A packed B block too big for the stack, inside the k loop: allocated once, before
     any loop of the function (serial) or of the parallel loop's body, freed once at the
-    end, and the kernel stays exact. (Allocated per k block it was a fresh mmap each
-    time: page faults and unmaps on every iteration.)"""
+    end, and the kernel stays exact. (Allocated per k block, a buffer big enough to be
+    served by mmap was mapped, faulted in and unmapped again on every iteration.)"""
     serial = ", serial" if threads == 1 else ""
     ls = parse_spec(f"Matmul(1x16x256x64, f32:GL:row, f32:GL:row, f32:GL:row{serial})")
     s = Schedule.for_spec(ls, get_target("avx2"))
