@@ -352,6 +352,11 @@ def test_encode_decode_and_validation(tmp_path: Path) -> None:
         decode_page(with_boxes(lo, outside))
     with pytest.raises(PageFormatError, match="truncated|ends early|does not match"):
         decode_page(resign(payload[:-1]))
+    # The reserved field lies outside the checksum, so it is checked on its own.
+    for value in (1, 0x100, 0xFFFF):
+        reserved = data[:10] + struct.pack("<H", value) + data[12:]
+        with pytest.raises(PageFormatError, match="reserved"):
+            decode_page(reserved)
     # A zero denominator in the first value record.
     zero_den = bytearray(payload)
     assert zero_den[0] == 1  # kind = solution

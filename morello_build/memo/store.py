@@ -18,7 +18,7 @@ Why it is safe to share:
 
 File format (little-endian), version 1::
 
-    magic "MRLOPAGE" | u16 version | u16 reserved | u32 header_len | u64 payload_len
+    magic "MRLOPAGE" | u16 version | u16 reserved (0) | u32 header_len | u64 payload_len
     | 32-byte sha256(header + payload) | header | payload
     header : str schema, str target, str key (u16 length + UTF-8 each),
              u16 d, u16 memory_dims, u16 block, i64 x (d - memory_dims) page point,
@@ -330,9 +330,11 @@ def decode_page(data: bytes) -> PageFile:
         raise PageFormatError("not a morello-build page (bad magic)")
     if len(data) < _PREFIX.size:
         raise PageFormatError("truncated header")
-    _, version, _, hlen, plen, digest = _PREFIX.unpack_from(data)
+    _, version, reserved, hlen, plen, digest = _PREFIX.unpack_from(data)
     if version != FORMAT_VERSION:
         raise PageFormatError(f"unsupported format version {version} (want {FORMAT_VERSION})")
+    if reserved != 0:  # outside the checksum: anything but 0 is a corrupt or foreign file
+        raise PageFormatError(f"reserved header field is {reserved}, not 0")
     body = data[_PREFIX.size :]
     if len(body) < hlen + plen:
         raise PageFormatError(f"truncated: {len(body)} of {hlen + plen} bytes")
