@@ -174,6 +174,16 @@ class Ctx:
         epi = [f"free({name});" for _, name, _ in reversed(items)]
         return pro, epi
 
+    @classmethod
+    def scope_lines(
+        cls, workspaces: list[tuple[str, str, int]], setups: list[str]
+    ) -> tuple[list[str], list[str]]:
+        """(prologue, epilogue) of a function or parallel-loop body: workspaces allocated
+        first and freed last, setups run inside them."""
+        wpro, wepi = cls.workspace_lines(workspaces)
+        spro, sepi = cls.setup_lines(setups)
+        return wpro + spro, sepi + wepi
+
     @staticmethod
     def setup_lines(names: list[str]) -> tuple[list[str], list[str]]:
         """(setup, teardown) statements of these setups (teardown in reverse order)."""

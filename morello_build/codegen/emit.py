@@ -166,9 +166,7 @@ class _Emitter:
             body_start, body_depth = len(ctx.lines), ctx.depth
         body(body_views)
         if threaded:
-            wpro, wepi = ctx.workspace_lines(ctx.workspaces.pop())
-            spro, sepi = ctx.setup_lines(ctx.parallel_setups.pop())
-            pro, epi = wpro + spro, sepi + wepi
+            pro, epi = ctx.scope_lines(ctx.workspaces.pop(), ctx.parallel_setups.pop())
             ctx.lines[body_start:body_start] = ["    " * body_depth + x for x in pro]
             for x in epi:
                 ctx.line(x)
@@ -408,9 +406,7 @@ def generate_c(
     # measured 9.4-9.7 ns per call aligned against 10.1 ns at gcc's default 16 bytes.
     out.append("__attribute__((aligned(64)))")
     out.append(abi.prototype() + " {")
-    wpro, wepi = ctx.workspace_lines(ctx.workspaces[0])
-    spro, sepi = ctx.setup_lines(ctx.setups)
-    pro, epi = wpro + spro, sepi + wepi
+    pro, epi = ctx.scope_lines(ctx.workspaces[0], ctx.setups)
     out += ["    " + x for x in pro]
     out += ctx.lines
     out += ["    " + x for x in epi]

@@ -395,7 +395,7 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
                     f"{a1} = ({vf})_mm512_permutex2var_ps((__m512){t}, {second}, (__m512){a1});"
                 )
 
-        esize = 2 if bf16 else 4
+        esize = b.buf.dtype.size
         row_bytes = count * lanes * esize  # of each row, this step
         if var and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES and n >= STREAM_PREFETCH_MIN_ROW:
             # In the loop only; a hint, so past B's end it reads nothing.
