@@ -453,7 +453,9 @@ def test_sigkill_during_flush_loop_leaves_a_usable_cache(tmp_path: Path) -> None
     started: dict[int, int] = {}
     for delay in (0.0, 0.004, 0.013, 0.03, 0.05, 0.08):
         ready = ctx.Event()
-        progress = ctx.Value("i", 0)
+        # No lock: the writer is SIGKILLed at a random moment, and a synchronized Value's
+        # lock taken by the killed writer would never be released (this hung a CI run).
+        progress = ctx.Value("i", 0, lock=False)
         p = ctx.Process(target=flush_forever, args=(str(root), seed, ready, progress))
         p.start()
         assert ready.wait(60)
