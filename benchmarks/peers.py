@@ -84,8 +84,7 @@ def run_one(
     target: str, shape: str, min_time: float, repeats: int = 0, repeat_below: float = 0.0
 ) -> dict[str, object]:
     """Cold synthesis, then the benchmark; then, if its ratio is below `repeat_below`,
-    `repeats` more benchmark runs (synthesis warm from the same cache): one run's ratio
-    can move by a few percent with the VM, which decides a verdict near 1.00x."""
+    `repeats` more benchmark runs (synthesis warm from the same cache)."""
     dtype, (m, k, n), threads = parse_shape(shape)
     with tempfile.TemporaryDirectory(prefix="morello-peers-cache-") as cache:
         env = dict(os.environ, MORELLO_CACHE_DIR=cache)

@@ -22,13 +22,16 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def test_rows_below_the_threshold_are_benchmarked_again(tmp_path: Path) -> None:
-    # --repeat-below 100: every row qualifies, so the 8^3 row runs twice more.
-    p = _run(
-        tmp_path, "--targets", "avx2", "--shapes", "8", "--min-time", "0.05", "--repeats", "2",
-        "--repeat-below", "100",
-    )  # fmt: skip
+def _avx2_row(tmp_path: Path, shape: str, repeat_below: str) -> subprocess.CompletedProcess[str]:
+    """One avx2 row, repeated twice if its ratio is below `repeat_below`."""
+    args = ["--targets", "avx2", "--shapes", shape, "--min-time", "0.05", "--repeats", "2"]
+    p = _run(tmp_path, *args, "--repeat-below", repeat_below)
     assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_rows_below_the_threshold_are_benchmarked_again(tmp_path: Path) -> None:
+    p = _avx2_row(tmp_path, "8", "100")  # every row qualifies: 8^3 runs twice more
     doc = json.loads((tmp_path / "r.json").read_text())
     row = doc["avx2/8"]
     assert isinstance(row["ratio"], float) and row["ratio"] > 0
@@ -40,12 +43,9 @@ def test_rows_below_the_threshold_are_benchmarked_again(tmp_path: Path) -> None:
     assert cells[-1] == f"{min(again):.3f}-{max(again):.3f}x (2)"
     assert (tmp_path / "p.png").stat().st_size > 0
 
-    # Rebuilt from the file alone, and a row above the threshold is not repeated.
-    p = _run(
-        tmp_path, "--targets", "avx2", "--shapes", "16", "--min-time", "0.05", "--repeats", "2",
-        "--repeat-below", "0",
-    )  # fmt: skip
-    assert p.returncode == 0, p.stderr
+    # A second run adds a row above the threshold (not repeated); the first row keeps its
+    # repeats in the results file.
+    p = _avx2_row(tmp_path, "16", "0")
     doc = json.loads((tmp_path / "r.json").read_text())
     assert "repeat_ratios" not in doc["avx2/16"] and len(doc["avx2/8"]["repeat_ratios"]) == 2
     line = next(x for x in p.stdout.splitlines() if x.startswith("| avx2 | 16x16x16 |"))
