@@ -468,8 +468,15 @@ def main(argv: list[str] | None = None) -> int:
     for target, limit in limits:
         if limit:
             print(f"\n{target} rows: peers held to the kernel's ISA: {limit}")
-    plot(results, peaks, Path(args.png))
-    print(f"\nplot: {args.png}", file=sys.stderr)
+    try:
+        plot(results, peaks, Path(args.png))
+    except ModuleNotFoundError as exc:  # matplotlib is in the `bench` extra
+        print(
+            f"\nno plot: {exc.name} is not installed (pip install 'morello-build[bench]')",
+            file=sys.stderr,
+        )
+    else:
+        print(f"\nplot: {args.png}", file=sys.stderr)
     return 0
 
 
