@@ -80,6 +80,11 @@ def key(target: str, shape: str) -> str:
     return f"{target}/{shape}"
 
 
+def _last_line(p: subprocess.CompletedProcess[str]) -> list[str]:
+    """What a failed `morello` run said last (its error message)."""
+    return (p.stderr or p.stdout).strip().splitlines()[-1:]
+
+
 def run_one(
     target: str, shape: str, min_time: float, repeats: int = 0, repeat_below: float = 0.0
 ) -> dict[str, object]:
@@ -99,45 +104,35 @@ def run_one(
             "--threads",
             str(threads),
         ]
-        morello = [sys.executable, "-m", "morello_build"]
+
+        def morello(command: str, *args: str) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "morello_build", command, *common, *args]
+            return subprocess.run(argv, env=env, capture_output=True, text=True)
+
+        bench = ("--json", "-q", "--min-time", str(min_time))
         # 1. Cold synthesis into the empty cache (timed by the synthesizer itself) ...
         t0 = time.perf_counter()
-        p = subprocess.run(
-            [*morello, "synth", *common, "--format", "json", "-q"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        p = morello("synth", "--format", "json", "-q")
         if p.returncode != 0:
-            return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+            return {"error": _last_line(p)}
         synth = json.loads(p.stdout)
         # 2. ... then the benchmark, which replays the cached solution.
-        refs = ["--peers", ",".join((*PEERS, "stream-read"))] if m == 1 else []
-        p = subprocess.run(
-            [*morello, "bench", *common, *refs, "--json", "-q", "--min-time", str(min_time)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        refs = ("--peers", ",".join((*PEERS, "stream-read"))) if m == 1 else ()
+        p = morello("bench", *refs, *bench)
         wall = time.perf_counter() - t0
         if p.returncode != 0:
-            return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:], "wall": wall}
+            return {"error": _last_line(p), "wall": wall}
         doc: dict[str, object] = json.loads(p.stdout)
         ratio = doc.get("ratio")
         if repeats > 0 and isinstance(ratio, float) and ratio < repeat_below:
             again = []
             for i in range(repeats):
                 print(f"[peers]   repeat {i + 1}/{repeats}", file=sys.stderr, flush=True)
-                q = subprocess.run(
-                    [*morello, "bench", *common, "--json", "-q", "--min-time", str(min_time)],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                )
-                if q.returncode != 0:
-                    doc["repeat_error"] = (q.stderr or q.stdout).strip().splitlines()[-1:]
+                p = morello("bench", *bench)
+                if p.returncode != 0:
+                    doc["repeat_error"] = _last_line(p)
                     break
-                again.append(json.loads(q.stdout).get("ratio"))
+                again.append(json.loads(p.stdout).get("ratio"))
             doc["repeat_ratios"] = again
     doc["synth_seconds"] = synth.get("seconds")
     doc["solved"] = synth.get("solved")
