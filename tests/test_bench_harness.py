@@ -133,27 +133,37 @@ def test_isa_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_peers_are_held_to_an_older_kernel_isa() -> None:
-    """An avx2 kernel meets AVX2 peers (MKL_ENABLE_INSTRUCTIONS, OPENBLAS_CORETYPE, a
-    -march=haswell loop nest) unless asked otherwise; the peers still pass the numpy check."""
-    k = matmul_kernel("bavx2", 1, 32, 32, 32)
-    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="avx2"))
+    """A kernel for an ISA older than the host's best meets peers held to that ISA
+    (MKL_ENABLE_INSTRUCTIONS, OPENBLAS_CORETYPE, the loop nest's -march) unless asked
+    otherwise, and the held peers still pass the numpy check: an avx2 kernel on an AVX-512
+    host, a plain x86-64 kernel on an AVX2-only host (e.g. AMD Zen 3)."""
+    from morello_build.target.isa import native_isa
+
+    host = native_isa()
+    older = "avx2" if host in ("avx512", "amx") else "x86-64"
+    k = matmul_kernel("bheld", 1, 32, 32, 32)
+    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa=older))
     try:
         held = bench_kernel(k, peers=["naive", "mkl", "openblas"], min_time=FAST)
     except IsaUnavailable:
-        pytest.skip("host lacks AVX2")
-    assert "MKL_ENABLE_INSTRUCTIONS=AVX2" in held.peer_limit
-    assert "OPENBLAS_CORETYPE=Haswell" in held.peer_limit
-    assert "-march=haswell" in held.peer_limit
+        pytest.skip(f"host lacks {older}")
+    limit_env, naive_flags = bench_mod.PEER_ISA_LIMITS[older]
+    for var, value in limit_env.items():
+        assert f"{var}={value}" in held.peer_limit
+    assert " ".join(naive_flags) in held.peer_limit
     assert held.to_json()["peer_limit"] == held.peer_limit
-    assert "MKL_ENABLE_INSTRUCTIONS=AVX2" in held.format_table()
+    assert f"MKL_ENABLE_INSTRUCTIONS={limit_env['MKL_ENABLE_INSTRUCTIONS']}" in held.format_table()
     assert held.result("naive").skipped is None
     for name, lib in (("mkl", find_mkl()), ("openblas", find_openblas())):
         if lib.available:
             assert held.result(name).skipped is None, held.result(name).skipped
-    host = bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="host")
-    assert host.peer_limit == ""
+    unheld = bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="host")
+    assert unheld.peer_limit == ""
     with pytest.raises(ValueError, match="peer_isa"):
         bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="avx512")
+    # A kernel for the host's own ISA meets the peers' best code paths for this host.
+    native = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa=host))
+    assert bench_kernel(native, peers=["naive"], min_time=FAST).peer_limit == ""
 
 
 def test_avx512_kernels_meet_peers_without_amx_on_an_amx_host() -> None:
