@@ -1,7 +1,8 @@
 """Kernel speed against peers: the issue's table as Markdown plus a PNG plot.
 
     python benchmarks/peers.py                       # every shape on avx512 and avx2,
-                                                     # the bf16 shapes on amx
+                                                     # the bf16 shapes on amx (the targets
+                                                     # this host can run)
     python benchmarks/peers.py --targets avx512 --shapes 64,256,1x1024x1024
     python benchmarks/peers.py --shapes bf16:1x2048x16384 --results out.json   # piecewise
     python benchmarks/peers.py --repeats 3           # rows under 1.02x: 3 more runs each
@@ -47,6 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from morello_build.target.isa import host_supports, native_isa
+
+TARGETS = ("avx512", "avx2", "amx")
 DEFAULT_SHAPES = (
     "8,16,32,64,128,256,512,100x37x250,1x1024x1024,1x2048x16384,bf16:1x2048x16384,bf16:256,512@2"
 )
@@ -61,19 +65,21 @@ TARGET_SHAPES = {"amx": "bf16:256,bf16:1x2048x16384"}
 def parse_shape(text: str) -> tuple[str, tuple[int, int, int], int]:
     """`bf16:1x2048x16384@2` -> ("bf16", (1, 2048, 16384), 2)."""
     t = text.strip()
-    dtype = "f32"
+    dtype, threads = "f32", "1"
     if ":" in t:
         dtype, t = t.split(":", 1)
-    threads = 1
     if "@" in t:
-        t, th = t.split("@", 1)
-        threads = int(th)
-    dims = [int(x) for x in t.split("x")]
-    if len(dims) == 1:
-        dims = dims * 3
-    if len(dims) != 3 or dtype not in ("f32", "bf16"):
-        raise SystemExit(f"bad shape {text!r}: expected N, MxKxN, bf16:..., ...@T")
-    return dtype, (dims[0], dims[1], dims[2]), threads
+        t, threads = t.split("@", 1)
+    parts = t.split("x")
+    numbers = (*parts, threads)
+    if (
+        dtype not in ("f32", "bf16")
+        or len(parts) not in (1, 3)
+        or not all(x.isdigit() and int(x) > 0 for x in numbers)
+    ):
+        raise ValueError(f"bad shape {text!r}: expected N, MxKxN, bf16:..., ...@T (T threads)")
+    dims = [int(x) for x in parts] * (3 if len(parts) == 1 else 1)
+    return dtype, (dims[0], dims[1], dims[2]), int(threads)
 
 
 def key(target: str, shape: str) -> str:
@@ -294,8 +300,8 @@ def table(results: dict[str, dict[str, object]], peaks: dict[str, float]) -> str
         mo = _gf(doc, MORELLO)
         peers = [_gf(doc, p) for p in PEERS]
         ratio = doc.get("ratio")
-        peak = peaks[peak_key(target, dtype)] * threads
-        pct = f"{100 * mo / peak:.0f}%" if mo else "-"
+        peak = peaks.get(peak_key(target, dtype))
+        pct = f"{100 * mo / (peak * threads):.0f}%" if mo and peak else "-"
         bw = "-"
         mine, read = _field(doc, MORELLO, "seconds"), _field(doc, "stream-read", "seconds")
         if m == 1 and mine and read:
@@ -375,7 +381,11 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--targets", default="avx512,avx2,amx")
+    ap.add_argument(
+        "--targets",
+        default=None,
+        help=f"comma-separated subset of {','.join(TARGETS)} [default: those this host can run]",
+    )
     ap.add_argument(
         "--shapes",
         default=None,
@@ -415,6 +425,36 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 0:
         ap.error(f"--repeats must be >= 0, not {args.repeats}")
+    if args.targets is None:
+        targets = [t for t in TARGETS if host_supports(t)]
+        if not args.report_only and len(targets) < len(TARGETS):
+            left = ", ".join(t for t in TARGETS if t not in targets)
+            print(
+                f"[peers] not benchmarking {left}: this host cannot run that code"
+                f" (its best: {native_isa()})",
+                file=sys.stderr,
+            )
+    else:
+        targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+        unknown = [t for t in targets if t not in TARGETS]
+        if unknown or not targets:
+            ap.error(f"--targets: unknown {unknown or targets}; expected some of {TARGETS}")
+        unable = [t for t in targets if not host_supports(t)]
+        if unable and not args.report_only:
+            ap.error(
+                f"--targets: this host cannot run {', '.join(unable)} code (its best:"
+                f" {native_isa()}); its rows would only fail after synthesis"
+            )
+    if not targets and not args.report_only:
+        ap.error(f"this host runs none of {', '.join(TARGETS)} (its best: {native_isa()})")
+    plan: list[tuple[str, str]] = []
+    for target in targets:
+        for shape in (args.shapes or TARGET_SHAPES.get(target, DEFAULT_SHAPES)).split(","):
+            try:
+                parse_shape(shape)
+            except ValueError as exc:
+                ap.error(f"--shapes: {exc}")
+            plan.append((target, shape))
 
     res_path = Path(args.results)
     results: dict[str, dict[str, object]] = {}
@@ -422,26 +462,30 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(res_path.read_text())
     meta = results.pop("_meta", {})
     if not args.report_only:
-        for target in args.targets.split(","):
-            shapes = args.shapes or TARGET_SHAPES.get(target, DEFAULT_SHAPES)
-            for shape in shapes.split(","):
-                print(f"[peers] {target} {shape} ...", file=sys.stderr, flush=True)
-                results[key(target, shape)] = run_one(
-                    target, shape, args.min_time, args.repeats, args.repeat_below
-                )
-                res_path.write_text(json.dumps({**results, "_meta": meta}, indent=1))
-    targets = sorted({k.split("/", 1)[0] for k in results})
+        for target, shape in plan:
+            print(f"[peers] {target} {shape} ...", file=sys.stderr, flush=True)
+            results[key(target, shape)] = run_one(
+                target, shape, args.min_time, args.repeats, args.repeat_below
+            )
+            res_path.write_text(json.dumps({**results, "_meta": meta}, indent=1))
+    in_file = sorted({k.split("/", 1)[0] for k in results})
     if args.ghz is not None:
-        peaks = {t: 2 * LANES[t] * 2 * args.ghz for t in targets}
+        peaks = {t: 2 * LANES[t] * 2 * args.ghz for t in in_file}
         how = f"formula at {args.ghz:.2f} GHz (2 FMA x lanes x 2 flops x GHz)"
-        if "amx" in targets:  # 1024 bf16 flops per cycle: a 16x16x32 tdpbf16ps per 16 cycles
+        if "amx" in in_file:  # 1024 bf16 flops per cycle: a 16x16x32 tdpbf16ps per 16 cycles
             peaks["amx-bf16"] = 1024 * args.ghz
     else:
-        peaks = {t: fma_peak_gflops(t) for t in targets}
+        # Peaks of targets this host cannot run (rows from another machine's results file)
+        # are that file's, as measured there; running their code here would fault.
+        stored = meta.get("fma_peak", {})
+        peaks = {t: float(stored[t]) for t in in_file if t in stored and not host_supports(t)}
+        peaks |= {t: fma_peak_gflops(t) for t in in_file if host_supports(t)}
         how = "measured: 24 independent register FMAs (12 on avx2), best of 7"
-        if "amx" in targets:
+        if "amx" in in_file and host_supports("amx"):
             peaks["amx-bf16"] = amx_peak_gflops()
             how += "; amx bf16: 4 independent tdpbf16ps tiles"
+        elif "amx" in in_file and "amx-bf16" in stored:
+            peaks["amx-bf16"] = float(stored["amx-bf16"])
         if args.measure_ghz:
             how += f"; clock {measure_ghz():.2f} GHz"
     meta["fma_peak"] = peaks
@@ -452,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         + how
         + "): "
         + ", ".join(f"{t} {p:.0f} GF/s" for t, p in sorted(peaks.items()))
-        + "; avx512/avx2 bf16 rows use the f32 peak (vdpbf16ps runs at half of it here),"
+        + "; avx512/avx2 bf16 rows use the f32 peak (bf16 widens to f32 there),"
         + " amx bf16 rows the AMX tile peak."
     )
     print()

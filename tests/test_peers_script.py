@@ -61,3 +61,72 @@ def test_a_negative_repeat_count_is_a_usage_error(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "--repeats must be >= 0, not -1" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def _peers_module(monkeypatch: pytest.MonkeyPatch, host: tuple[str, ...]) -> object:
+    """The script as a module, on a host that runs exactly the ISAs `host`."""
+    spec = importlib.util.spec_from_file_location("peers_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "host_supports", lambda isa: isa in host)
+    monkeypatch.setattr(mod, "native_isa", lambda: host[0])
+    return mod
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--targets", "avx9"], "--targets: unknown ['avx9']"),
+        (["--targets", "avx512"], "this host cannot run avx512 code (its best: avx2)"),
+        (["--targets", "avx2,amx"], "this host cannot run amx code"),
+        (["--targets", "avx2", "--shapes", "64,1x2"], "bad shape '1x2'"),
+        (["--targets", "avx2", "--shapes", "512@0"], "bad shape '512@0'"),
+    ],
+)
+def test_targets_and_shapes_are_checked_before_any_work(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    """On an AVX2-only host (e.g. AMD Zen 3) an avx512 row could only fail after its
+    synthesis: the script refuses it, and a bad shape, up front (exit 2, nothing written)."""
+    mod = _peers_module(monkeypatch, ("avx2",))
+    monkeypatch.setattr(mod, "run_one", lambda *a: pytest.fail("benchmarked despite bad input"))
+    res = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--results", str(res), "--png", str(tmp_path / "p.png"), *args])  # type: ignore[attr-defined]
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not res.exists()
+
+
+def test_default_targets_are_those_the_host_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --targets, an AVX2-only host benchmarks avx2 and says what it leaves out; the
+    report keeps another machine's avx512 row with the peak measured there (its code is
+    never run here)."""
+    mod = _peers_module(monkeypatch, ("avx2",))
+    ran: list[tuple[str, str]] = []
+
+    def fake_run(target: str, shape: str, *rest: object) -> dict[str, object]:
+        ran.append((target, shape))
+        return {"error": "not timed in this test"}
+
+    monkeypatch.setattr(mod, "run_one", fake_run)
+    monkeypatch.setattr(mod, "fma_peak_gflops", lambda t: {"avx2": 100.0}[t])
+    res = tmp_path / "r.json"
+    other = {"results": [{"name": "morello-build", "gflops": 200.0}], "ratio": 1.1}
+    res.write_text(json.dumps({"avx512/64": other, "_meta": {"fma_peak": {"avx512": 250.0}}}))
+    argv = ["--results", str(res), "--png", str(tmp_path / "p.png"), "--shapes", "8,16"]
+    assert mod.main(argv) == 0  # type: ignore[attr-defined]
+    out, err = capsys.readouterr()
+    assert ran == [("avx2", "8"), ("avx2", "16")]
+    assert "not benchmarking avx512, amx: this host cannot run that code (its best: avx2)" in err
+    assert "avx2 100 GF/s, avx512 250 GF/s" in out
+    row = next(x for x in out.splitlines() if x.startswith("| avx512 | 64x64x64 |"))
+    assert "| 80% |" in row  # 200 GF/s against the stored 250
+    assert "| avx2 | 8x8x8 | f32 | 1 | error: not timed in this test |" in out
