@@ -23,7 +23,7 @@ from morello_build.ir.text import parse_spec
 from morello_build.search.dp import Progress, Search
 from morello_build.search.memo import DictMemo, Memo
 from morello_build.target.isa import native_isa
-from morello_build.target.x86 import Target, get_target
+from morello_build.target.x86 import Target, get_target, resolve_tune
 
 
 def matmul_spec_text(
@@ -77,13 +77,16 @@ class Synthesis:
 
 
 def cache_target_id(target: Target) -> str:
-    """The persistent cache's target name: the ISA, plus the thread count when above one.
+    """The persistent cache's target name: the ISA, its tuning unless generic, and the
+    thread count when above one (e.g. `avx512`, `avx512-zen4`, `avx512-zen4-t2`).
 
     The cache stores indices into a Spec's action list, and a Spec that may run in
     parallel has parallel tilings in that list only when the target has several threads;
-    the same index would name another action at another thread count.
+    the same index would name another action at another thread count. A tuning changes
+    costs and the action list (vdpbf16ps tiles), so it is a table of its own too.
     """
-    return target.isa if target.processors == 1 else f"{target.isa}-t{target.processors}"
+    name = target.isa if target.tune == "generic" else f"{target.isa}-{target.tune}"
+    return name if target.processors == 1 else f"{name}-t{target.processors}"
 
 
 def make_memo(target: Target, use_cache: bool) -> Memo:
@@ -102,11 +105,14 @@ def synthesize(
     use_cache: bool = True,
     progress: Progress | None = None,
     memo: Memo | None = None,
+    tune: str | None = None,
 ) -> Synthesis:
-    """Find the cheapest program for `spec` (all memory available) on `target`."""
+    """Find the cheapest program for `spec` (all memory available) on `target`, with the
+    constants of `tune` (`target.x86.resolve_tune`: None means this host's for the native
+    target, `generic` otherwise)."""
     ls = as_spec(spec)
     isa = resolve_target(target)
-    tgt = get_target(isa, threads)
+    tgt = get_target(isa, threads, resolve_tune(tune, target))
     tgt.check_spec(ls)
     if memo is None:
         memo = make_memo(tgt, use_cache)
@@ -155,6 +161,7 @@ def synthesize_kernel(
     threads: int = 1,
     annotate: bool = False,
     progress: Progress | None = None,
+    tune: str | None = None,
 ) -> SynthResult:
     """Synthesize (or replay from the cache) and generate C for one kernel."""
     from morello_build.codegen.emit import generate_c
@@ -165,12 +172,13 @@ def synthesize_kernel(
     if not name.isidentifier():
         raise SpecError(f"kernel name {name!r} is not a C identifier")
     isa = resolve_target(target)
+    tune_name = resolve_tune(tune, target)
     start = time.perf_counter()
     if schedule is not None:
         from morello_build.schedule import Schedule
 
         fn = load_schedule(schedule)
-        tgt = get_target(isa, threads)
+        tgt = get_target(isa, threads, tune_name)
         sched = fn(Schedule.for_spec(ls, tgt))
         impl = (
             sched.synthesize_rest(use_cache=use_cache).impl
@@ -179,7 +187,9 @@ def synthesize_kernel(
         )
         solved = 0
     else:
-        syn = synthesize(ls, isa, threads=threads, use_cache=use_cache, progress=progress)
+        syn = synthesize(
+            ls, isa, threads=threads, use_cache=use_cache, progress=progress, tune=tune_name
+        )
         impl, solved = syn.impl, syn.solved
     kernel = generate_c(impl, name, isa, annotate=annotate)
     return SynthResult(kernel, solved == 0, solved, time.perf_counter() - start)

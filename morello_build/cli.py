@@ -64,6 +64,13 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         help="native (this host's best), amx, avx512, avx2 or x86-64 (scalar) [default: native]",
     )
     p.add_argument(
+        "--tune",
+        default=None,
+        help="cost-model constants of a microarchitecture: generic (measured on a Xeon), "
+        "zen4 (AMD Zen 4: bf16 GEMMs on vdpbf16ps register tiles; changes only avx512) or "
+        "native (this host's) [default: native with --target native, else generic]",
+    )
+    p.add_argument(
         "--dtype",
         choices=("f32", "bf16"),
         default="f32",
@@ -114,6 +121,7 @@ def _synth_kernel(args: argparse.Namespace, spec_text: str):  # type: ignore[no-
         threads=args.threads,
         annotate=getattr(args, "annotate", False),
         progress=_progress(args.quiet),
+        tune=args.tune,
     )
 
 
@@ -149,12 +157,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
         threads=args.threads,
         use_cache=not args.no_cache,
         progress=_progress(args.quiet),
+        tune=args.tune,
     )
     assert syn.impl.cost is not None
     if args.format == "json":
         doc = {
             "spec": syn.spec.text(),
             "target": syn.target.isa,
+            "tune": syn.target.tune,
             "threads": syn.target.processors,
             "cost": syn.impl.cost.main,
             "solved": syn.solved,
@@ -166,7 +176,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     else:
         print(printer.to_text(syn.impl))
         print(
-            f"\n{syn.spec.text()} on {syn.target.isa}: cost {syn.impl.cost.main}; "
+            f"\n{syn.spec.text()} on {syn.target.isa} ({syn.target.tune}): cost {syn.impl.cost.main}; "
             f"{syn.solved} Specs solved, {syn.cache_hits} from the cache, {syn.seconds:.2f} s"
         )
     return 0

@@ -30,6 +30,10 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
   the tensor in whole registers, or else (f32 rows narrower than that) the narrowest
   register that holds a row, padded (see `_vector_size`);
 - Move and Zero Specs get no same-level moves (a copy of a copy never helps);
+- with `Target.fast_dpbf16` (the zen4 tuning) bf16 B may also be packed into k-pairs, and a
+  bf16 Matmul the vdpbf16ps register tiles cover (`dpbf16_tileable`) keeps to them as an
+  AMX-tileable one keeps to AMX tiles: no widening or register moves, column tiles in
+  whole vectors, k splits in pairs;
 - output tile sizes are powers of two and the whole dim, plus, for a Matmul's rows (m),
   the target's register-filling heights (`Target.register_rows`, e.g. AVX2 6x16).
 """
@@ -46,7 +50,13 @@ from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
 from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
-from morello_build.target.kernels import AMX_K_STEP, AMX_TILE, amx_pairs_layout, kernels_for
+from morello_build.target.kernels import (
+    AMX_K_STEP,
+    AMX_PAIRS_DIMS,
+    AMX_TILE,
+    amx_pairs_layout,
+    kernels_for,
+)
 from morello_build.target.x86 import Target
 
 ActionPlans = tuple[tuple[Action, Plan], ...]
@@ -98,6 +108,25 @@ def amx_tileable(spec: LogicalSpec, target: Target) -> bool:
     return dts == (Dtype.BF16, Dtype.BF16, Dtype.F32) and _whole_tiles(spec.shape)
 
 
+def dpbf16_tileable(spec: LogicalSpec, target: Target) -> bool:
+    """A bf16 x bf16 -> f32 Matmul the vdpbf16ps register tiles can cover whole
+    (`Target.fast_dpbf16`): k in pairs, n in whole vectors, and m > 1 unless B is already
+    in k-pairs (one row never pays for a packed copy of B, so a matrix-vector product keeps
+    its streaming kernels).
+
+    In the model a vdpbf16ps does 32 multiply-adds for the units an f32 FMA takes for 16,
+    before any widening, so the pruned branches never win; without the pruning the bf16
+    search is the widening one (avx512 bf16 256^3: 1.76M Specs) plus the tiles.
+    """
+    if not target.fast_dpbf16 or spec.kind != MATMUL or len(spec.shape) != 4:
+        return False
+    if tuple(o.dtype for o in spec.operands) != (Dtype.BF16, Dtype.BF16, Dtype.F32):
+        return False
+    bdim, m, k, n = spec.shape
+    paired = spec.operands[1].layout.dims == AMX_PAIRS_DIMS
+    return bdim == 1 and k % 2 == 0 and k >= 4 and n % 16 == 0 and (m > 1 or paired)
+
+
 def _whole_tiles(shape: tuple[int, ...]) -> bool:
     _, m, k, n = shape
     return m % AMX_TILE == 0 and n % AMX_TILE == 0 and k % AMX_K_STEP == 0
@@ -106,6 +135,7 @@ def _whole_tiles(shape: tuple[int, ...]) -> bool:
 def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     acts: list[Action] = []
     tiles = amx_tileable(spec, target)
+    dp_tiles = dpbf16_tileable(spec, target)
     for i in range(len(spec.operands)):
         moves = _moves(spec, i, target)
         if spec.kind == MATMUL and not spec.accum and i != spec.output_index and not tiles:
@@ -121,18 +151,22 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             # 0.985-1.025x for each thread packing all of B, same harness run. (On AMX
             # tiles the kernel itself zeroes C, so B may be packed above it.)
             moves = [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
-        if tiles:
+        if tiles or dp_tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
         acts.extend(moves)
     tilings = _tilings(spec, target)
     if tiles:
         tilings = [a for a in tilings if isinstance(a, TileOut) and _whole_tiles(a.shape)]
+    if dp_tiles:
+        tilings = [a for a in tilings if isinstance(a, TileOut) and a.shape[3] % 16 == 0]
     acts.extend(tilings)
     if spec.kind == MATMUL and spec.accum:
         k = spec.shape[2]
         splits = _pow2_below(k)
         if tiles:
             splits = [s for s in splits if s % AMX_K_STEP == 0]
+        if dp_tiles:
+            splits = [s for s in splits if s >= 4]
         acts.extend(Split(s) for s in splits)
     acts.extend(Select(k.name) for k in kernels_for(spec.kind))
     if spec.kind == MATMUL and not spec.accum:
@@ -244,13 +278,13 @@ def _relayouts(
         for p in sorted({lanes, 2 * lanes}):
             if 1 < p < shape[2] and shape[2] % p == 0 and shape[1] > 1:
                 out.append(lay.packed((0, 2, 1), 2, p, shape))
+        amx = target.isa == "amx" and shape[1] % AMX_K_STEP == 0
         if (
-            target.isa == "amx"
+            (amx or (target.fast_dpbf16 and shape[1] % 2 == 0))
             and t.dtype == Dtype.BF16
-            and shape[1] % AMX_K_STEP == 0
             and shape[2] % AMX_TILE == 0
         ):
-            pairs = amx_pairs_layout(shape)  # k-pairs interleaved, for the AMX tile kernel
+            pairs = amx_pairs_layout(shape)  # k-pairs interleaved, for AMX or vdpbf16ps tiles
             if pairs is not None:
                 out.append(pairs)
     return [x for x in dict.fromkeys(out) if x != t.layout]

@@ -557,6 +557,59 @@ def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     ctx.close()
 
 
+def _dpbf16_tile(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """c (+)= a @ b in zmm accumulators with vdpbf16ps (`Dpbf16TileBf16F32`; layouts in
+    `target.kernels`): per k-pair, the N/16 vectors of B's pair row and one 32-bit
+    broadcast of each A row's pair (read with memcpy: A rows need not be 4-byte aligned)."""
+    a, b, c = views
+    _, m, kk, n = spec.shape
+    if kk % 2 or n % 16:
+        raise CodegenError(f"Dpbf16TileBf16F32 does not apply to {spec.text()}")
+    nv, pairs = n // 16, kk // 2
+    kcols = sorted({0, 1, kk // 2, kk - 2, kk - 1})
+    ncols = sorted({0, 1, 15, n // 2, n - 1})
+    a0, sa = _row_major_rows(ctx, a, m, kcols, "vdpbf16ps lhs")
+    b0, sb = _k_pair_rows(ctx, b, pairs, ncols, "vdpbf16ps rhs (k-pair layout)")
+    c0, sc = _row_major_rows(ctx, c, m, ncols, "vdpbf16ps out")
+    for buf, want in ((a.buf, Dtype.BF16), (b.buf, Dtype.BF16), (c.buf, Dtype.F32)):
+        if buf.dtype != want:
+            raise CodegenError(f"vdpbf16ps tile: {buf.name} is {buf.dtype}, not {want}")
+    ctx.includes.update(("immintrin.h", "string.h"))
+    u = ctx.fresh()
+    pa, pb, pc, p = f"pa{u}", f"pb{u}", f"pc{u}", f"p{u}"
+    acc = [[f"c{u}_{i}_{j}" for j in range(nv)] for i in range(m)]
+    ctx.open("{")
+    ctx.line(f"const uint16_t *{pa} = &{a0.ref()};")
+    ctx.line(f"const uint16_t *{pb} = &{b0.ref()};")
+    ctx.line(f"float *{pc} = &{c0.ref()};")
+    for i in range(m):
+        for j in range(nv):
+            init = (
+                f"_mm512_loadu_ps({pc} + {i * sc + 16 * j})"
+                if spec.accum
+                else "_mm512_setzero_ps()"
+            )
+            ctx.line(f"__m512 {acc[i][j]} = {init};")
+    ctx.open(f"for (int {p} = 0; {p} < {pairs}; {p}++) {{")
+    for j in range(nv):
+        ctx.line(
+            f"const __m512bh b{u}_{j} = (__m512bh)_mm512_loadu_si512({pb} + {p} * {sb} + {32 * j});"
+        )
+    for i in range(m):
+        ctx.open("{")
+        ctx.line("int w;")
+        ctx.line(f"memcpy(&w, {pa} + {i * sa} + 2 * {p}, sizeof w);")
+        ctx.line(f"const __m512bh a{u} = (__m512bh)_mm512_set1_epi32(w);")
+        for j in range(nv):
+            ctx.line(f"{acc[i][j]} = _mm512_dpbf16_ps({acc[i][j]}, a{u}, b{u}_{j});")
+        ctx.close()
+    ctx.close()
+    for i in range(m):
+        for j in range(nv):
+            ctx.line(f"_mm512_storeu_ps({pc} + {i * sc + 16 * j}, {acc[i][j]});")
+    ctx.close()
+
+
 # --------------------------------------------------------------------------- move
 
 
@@ -750,6 +803,7 @@ EMITTERS: dict[str, Emitter] = {
     "VecMatRowsF32": _vec_mat_rows,
     "VecMatRowsBf16F32": _vec_mat_rows,
     "AmxTileMatmulBf16F32": _amx_tile_matmul,
+    "Dpbf16TileBf16F32": _dpbf16_tile,
     "Assign": _generic_move,
     "CastBf16F32": _generic_move,
     "VectorAssign": _vector_assign,

@@ -114,6 +114,34 @@ def _host_cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def tune_from_cpuinfo(text: str) -> str:
+    """The `Target.tune` for the CPU a /proc/cpuinfo text describes: `zen4` for an AMD CPU
+    with AVX-512 BF16 (Zen 4; Zen 5, also AMD, is assumed alike: unmeasured), else
+    `generic`."""
+    vendor, flags = "", set[str]()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "vendor_id" and not vendor:
+            vendor = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    if vendor == "AuthenticAMD" and {"avx512f", "avx512_bf16"} <= flags:
+        return "zen4"
+    return "generic"
+
+
+@functools.cache
+def native_tune() -> str:
+    """This host's tuning (what `--tune native` means)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return "generic"
+    try:
+        return tune_from_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return "generic"
+
+
 def host_supports(isa: str) -> bool:
     """True when this machine can execute code compiled for `isa`."""
     if isa not in _CPU_FLAGS:

@@ -219,11 +219,19 @@ def _vdpbf16_memory(s: LogicalSpec, t: Target) -> Limits:
 #: independent register vdpbf16ps retire one per 2 cycles (56 GF/s counted as f32 FMAs, against
 #: 218-228 for vfmadd231ps zmm, which issues 2 per cycle at 2 units each).
 VDPBF16PS_COST = 8
+#: The same on AMD Zen 4 (`Target.tune == "zen4"`): 16 independent register `vdpbf16ps zmm`
+#: retire one per cycle (3.62 G/s at 3.65 GHz), as many as `vfmadd231ps zmm` (3.61 G/s), so
+#: both cost what an FMA does in `_bvma_cost`.
+VDPBF16PS_COST_ZEN4 = 2
+
+
+def vdpbf16ps_cost(t: Target) -> int:
+    return VDPBF16PS_COST_ZEN4 if t.fast_dpbf16 else VDPBF16PS_COST
 
 
 def _vdpbf16_cost(s: LogicalSpec, t: Target) -> int:
     k = s.shape[2]
-    return VDPBF16PS_COST * k // 32 + 4 * _accumulators(k, 32) + t.move_cost(s.operands[2])
+    return vdpbf16ps_cost(t) * k // 32 + 4 * _accumulators(k, 32) + t.move_cost(s.operands[2])
 
 
 # ---- Row-streaming vector x matrix (matrix-vector products) ------------------------------
@@ -387,6 +395,61 @@ def _amx_cost(s: LogicalSpec, t: Target) -> int:
     )
 
 
+# ---- vdpbf16ps register tiles (bf16 GEMM where vdpbf16ps is fast: `Target.fast_dpbf16`) --
+#
+# c[M, N] (+)= a[M, K] @ b[K, N], all three in memory: C is held in M x N/16 zmm accumulators
+# for the whole K; per k-pair the kernel loads the N/16 vectors of one B pair row (the k-pair
+# layout `[1,2,1p2]` the AMX kernel uses: B'[k/2][n][2], 16 columns x 2 k per zmm),
+# broadcasts each A row's pair (two adjacent bf16 of a row-major A, one 32-bit broadcast)
+# and issues M x N/16 `vdpbf16ps`. C is loaded at entry (zeroed in registers when the
+# Matmul does not accumulate) and stored at exit. Only enumerated with `fast_dpbf16`: on
+# the generic tuning (the Xeon) vdpbf16ps has half the f32 FMA flop rate and widening wins.
+
+DPBF16_TILE_MAX_COLS = 64  # four zmm accumulators per row
+DPBF16_LOAD_COST = 1  # a B vector load or an A pair broadcast, per k-pair
+
+
+def _dpbf16_tile_registers(m: int, n: int) -> int:
+    """Accumulators, the B vectors of one pair row, and one broadcast."""
+    return m * (n // 16) + n // 16 + 1
+
+
+def _dpbf16_tile_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b, c = s.operands
+    bdim, m, k, n = s.shape
+    return (
+        t.fast_dpbf16
+        and (a.dtype, b.dtype, c.dtype) == (BF16, BF16, F32)
+        and bdim == 1
+        and k % 2 == 0
+        and k >= 4
+        and n % 16 == 0
+        and n <= DPBF16_TILE_MAX_COLS
+        and _dpbf16_tile_registers(m, n) <= t.max_limits[Level.VRF]
+        and all(_mem(o) for o in s.operands)
+        and a.layout.dims == _ROWS_DIMS
+        and a.layout.contig >= 1
+        and b.layout.dims == AMX_PAIRS_DIMS
+        and b.layout.contig >= 2
+        and c.layout.dims == _ROWS_DIMS
+        and c.layout.contig >= 1
+    )
+
+
+def _dpbf16_tile_memory(s: LogicalSpec, t: Target) -> Limits:
+    _, m, _, n = s.shape
+    return _regs(vrf=_dpbf16_tile_registers(m, n))
+
+
+def _dpbf16_tile_cost(s: LogicalSpec, t: Target) -> int:
+    _, m, k, n = s.shape
+    nv = n // 16
+    per_pair = m * nv * vdpbf16ps_cost(t) + (m + nv) * DPBF16_LOAD_COST
+    c_io = m * nv * (ZMM_STORE_COST + (1 if s.accum else 0))
+    far = sum(t.move_cost(o) for o in s.operands if o.level in (Level.L2, Level.GL))
+    return (k // 2) * per_pair + c_io + far
+
+
 # ---- Move --------------------------------------------------------------------------------
 
 
@@ -482,7 +545,7 @@ PACK_STEP_COST = 16
 
 def _pack_pairs_applies(s: LogicalSpec, t: Target) -> bool:
     a, b = s.operands
-    if t.isa != "amx" or len(s.shape) != 3:
+    if not (t.isa == "amx" or t.fast_dpbf16) or len(s.shape) != 3:
         return False
     bdim, k, n = s.shape
     return (
@@ -557,6 +620,13 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("VecMatRowsF32", MATMUL, _rows_f32_applies, _rows_memory, _rows_cost),
     Kernel("VecMatRowsBf16F32", MATMUL, _rows_bf16_applies, _rows_memory, _rows_cost),
     Kernel("AmxTileMatmulBf16F32", MATMUL, _amx_applies, _no_mem, _amx_cost),
+    Kernel(
+        "Dpbf16TileBf16F32",
+        MATMUL,
+        _dpbf16_tile_applies,
+        _dpbf16_tile_memory,
+        _dpbf16_tile_cost,
+    ),
     Kernel("Assign", MOVE, _assign_applies, _no_mem, _assign_cost),
     Kernel("CastBf16F32", MOVE, _cast_applies, _no_mem, _cast_cost),
     Kernel("VectorAssign", MOVE, _vassign_applies, _no_mem, _vassign_cost),
