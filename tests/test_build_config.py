@@ -128,12 +128,12 @@ CASES: list[tuple[str, str, str]] = [
         "unknown_kernel_key",
         K + "shape = [1, 2, 3]\nshpae = [1, 2, 3]\n",
         f'{P} "mm1": shpae: unknown key (expected one of: name, op, shape, dtype, dtypes, layouts, '
-        "accumulate, threads, target, schedule)",
+        "accumulate, threads, target, tune, schedule)",
     ),
     (
         "unknown_top_key",
         '[tool.morello]\ntargets = "avx2"\n',
-        "pyproject.toml: [tool.morello]: targets: unknown key (expected one of: target, verify, kernel)",
+        "pyproject.toml: [tool.morello]: targets: unknown key (expected one of: target, tune, verify, kernel)",
     ),
     (
         "bad_dtype",

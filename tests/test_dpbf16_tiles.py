@@ -148,3 +148,46 @@ def test_cli_tune():
     doc = json.loads(ok.stdout)
     assert (doc["target"], doc["tune"]) == ("avx512", "zen4")
     assert TILE in json.dumps(doc["impl"])
+
+
+def _config(tmp_path, text: str):
+    from morello_build.build.config import load_config
+
+    path = tmp_path / "morello.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+_KERNELS = """
+[[kernel]]
+name = "a"
+shape = [32, 64, 32]
+dtype = "bf16"
+
+[[kernel]]
+name = "b"
+shape = [32, 64, 32]
+dtype = "bf16"
+tune = "generic"
+"""
+
+
+def test_declarations_take_a_tune(tmp_path):
+    cfg = _config(tmp_path, 'target = "avx512"\ntune = "zen4"\n' + _KERNELS)
+    a, b = cfg.kernels
+    assert (a.tune, b.tune) == ("zen4", "generic")
+    assert (a.resolved_tune(), b.resolved_tune()) == ("zen4", "generic")
+    # Unset: the building machine's tuning for target "native" only (like -march=native).
+    a, _ = _config(tmp_path, _KERNELS).kernels
+    assert a.tune is None and a.resolved_tune() == isa_mod.native_tune()
+    assert a.resolved_tune(("avx512",)) == "generic"
+
+
+def test_a_bad_tune_is_one_clear_error(tmp_path):
+    from morello_build.build.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _config(tmp_path, 'tune = "zen9"\n' + _KERNELS)
+    assert str(exc.value) == (
+        f'{tmp_path / "morello.toml"}: tune: expected one of "native", "generic", "zen4", got "zen9"'
+    )

@@ -25,6 +25,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 #: ISA names a declaration may use; "native" is resolved on the building machine.
 TARGETS: tuple[str, ...] = ("native", "amx", "avx512", "avx2", "x86-64")
+#: Cost-model tunings a declaration may ask for (`target.x86.TUNES`, plus "native": the
+#: building machine's). Unset: "native" for `target = "native"`, else "generic".
+TUNES: tuple[str, ...] = ("native", "generic", "zen4")
 #: Element types of a matmul's inputs; the output is always f32.
 DTYPES: tuple[str, ...] = ("f32", "bf16")
 LAYOUTS: tuple[str, ...] = ("row", "col")
@@ -36,7 +39,7 @@ _DTYPE_TRIPLES: dict[tuple[str, str, str], str] = {
     ("bf16", "bf16", "f32"): "bf16",
 }
 
-_TOP_KEYS = ("target", "verify", "kernel")
+_TOP_KEYS = ("target", "tune", "verify", "kernel")
 _KERNEL_KEYS = (
     "name",
     "op",
@@ -47,6 +50,7 @@ _KERNEL_KEYS = (
     "accumulate",
     "threads",
     "target",
+    "tune",
     "schedule",
 )
 
@@ -116,6 +120,14 @@ class KernelDecl:
     targets: tuple[str, ...]  # as declared (may be ("native",)); see resolve_targets
     schedule: str | None
     batched: bool = False  # declared with 4 dims: operand shapes keep the batch dim
+    tune: str | None = None  # as declared (one of TUNES) or None; see resolve_tune
+
+    def resolved_tune(self, targets: tuple[str, ...] | None = None) -> str:
+        """The tuning to synthesize with for these targets (default: the declared ones)."""
+        from morello_build.target.x86 import resolve_tune
+
+        ts = targets or self.targets
+        return resolve_tune(self.tune, "native" if ts == ("native",) else ts[0])
 
     def spec_text(self) -> str:
         """The Spec text for this kernel (asks the synthesizer's API, imported lazily)."""
@@ -235,6 +247,7 @@ def parse_config(
     targets = _parse_targets(
         section.get("target", "native"), lambda m: _top_err(top_label, "target", m)
     )
+    tune = _parse_tune(section.get("tune"), lambda m: _top_err(top_label, "tune", m))
     verify = section.get("verify", True)
     if not isinstance(verify, bool):
         raise _top_err(top_label, "verify", f"expected true or false, got {toml_repr(verify)}")
@@ -255,7 +268,7 @@ def parse_config(
     kernels: list[KernelDecl] = []
     seen: dict[str, int] = {}
     for index, table in enumerate(kernels_raw, start=1):
-        decl = _parse_kernel(table, index, targets, kernel_label)
+        decl = _parse_kernel(table, index, targets, kernel_label, tune)
         if decl.name in seen:
             raise ConfigError(
                 f'{kernel_label} "{decl.name}": name: duplicate kernel name '
@@ -268,6 +281,13 @@ def parse_config(
 
 def _top_err(label: str, key: str, msg: str) -> ConfigError:
     return ConfigError(f"{label}: {key}: {msg}")
+
+
+def _parse_tune(value: object, err: Callable[[str], ConfigError]) -> str | None:
+    if value is None or (isinstance(value, str) and value in TUNES):
+        return value
+    expected = ", ".join(f'"{t}"' for t in TUNES)
+    raise err(f"expected one of {expected}, got {toml_repr(value)}")
 
 
 def _parse_targets(value: object, err: Callable[[str], ConfigError]) -> tuple[str, ...]:
@@ -291,7 +311,11 @@ def _parse_targets(value: object, err: Callable[[str], ConfigError]) -> tuple[st
 
 
 def _parse_kernel(
-    table: Mapping[str, Any], index: int, default_targets: tuple[str, ...], kernel_label: str
+    table: Mapping[str, Any],
+    index: int,
+    default_targets: tuple[str, ...],
+    kernel_label: str,
+    default_tune: str | None = None,
 ) -> KernelDecl:
     raw_name = table.get("name")
     label = f'"{raw_name}"' if isinstance(raw_name, str) else f"#{index}"
@@ -393,6 +417,8 @@ def _parse_kernel(
         else default_targets
     )
 
+    tune = _parse_tune(table.get("tune"), lambda msg: err("tune", msg)) or default_tune
+
     schedule = table.get("schedule")
     if schedule is not None and (not isinstance(schedule, str) or not _SCHEDULE.match(schedule)):
         raise err("schedule", f'expected "module:function", got {toml_repr(schedule)}')
@@ -408,6 +434,7 @@ def _parse_kernel(
         targets=targets,
         schedule=schedule,
         batched=batched,
+        tune=tune,
     )
 
 

@@ -34,6 +34,7 @@ from morello_build.build.config import (
 from morello_build.codegen.abi import GeneratedKernel, KernelABI
 from morello_build.errors import MorelloError
 from morello_build.target import isa as isa_mod
+from morello_build.target.isa import native_tune
 
 COMBINED_HEADER = "morello_kernels.h"
 MANIFEST = "manifest.json"
@@ -54,6 +55,7 @@ class KernelRequest:
     spec: str | None = None  # used when decl is None
     schedule: str | None = None
     where: str = ""  # prefix naming the file and kernel in error messages
+    tune: str = "generic"  # resolved (no "native"): `target.x86.TUNES`
 
     def spec_text(self) -> str:
         if self.decl is not None:
@@ -233,6 +235,7 @@ def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutp
             schedule=req.schedule,
             use_cache=use_cache,
             threads=req.decl.threads if req.decl is not None else 1,
+            tune=req.tune,
         )
         elapsed = time.perf_counter() - start
         kernel = res.kernel
@@ -483,7 +486,12 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
             raise ConfigError(f"--name: expected a C identifier without '__', got {name!r}")
         isas = resolve_targets(override or ("native",))
         req = KernelRequest(
-            name=name, isas=isas, spec=args.spec, schedule=args.schedule, where=f"--spec ({name})"
+            name=name,
+            isas=isas,
+            spec=args.spec,
+            schedule=args.schedule,
+            where=f"--spec ({name})",
+            tune=native_tune() if (override or ("native",)) == ("native",) else "generic",
         )
         return [req], None
     if args.config is None:
@@ -506,6 +514,7 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
             decl=d,
             schedule=d.schedule,
             where=f'{args.config}: [{table}] "{d.name}"',
+            tune=d.resolved_tune(override),
         )
         for d in decls
     ]
