@@ -56,7 +56,9 @@ def _cache_hit(key: str) -> bool:
     return False
 
 
-def synthesize_kernel(spec_text, *, name, target, schedule=None, use_cache=True, threads=1):
+def synthesize_kernel(
+    spec_text, *, name, target, schedule=None, use_cache=True, threads=1, tune="generic"
+):
     if target not in ("amx", "avx512", "avx2", "x86-64"):
         raise MorelloError(f"unknown target {target!r}")
     mt = _SPEC.fullmatch(spec_text)
@@ -67,7 +69,7 @@ def synthesize_kernel(spec_text, *, name, target, schedule=None, use_cache=True,
     dt = mt.group(6)
     la, lb, lc = mt.group(7), mt.group(9), mt.group(10)
     t0 = time.perf_counter()
-    key = hashlib.sha256(f"{spec_text}|{target}|{schedule}".encode()).hexdigest()
+    key = hashlib.sha256(f"{spec_text}|{target}|{tune}|{schedule}".encode()).hexdigest()
     hit = use_cache and _cache_hit(key)
 
     def op(nm, r, c, dtype, lay, role):
