@@ -29,9 +29,9 @@ FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses
 ``--tune`` zen4 (the default ``native`` on an AMD Zen 4 host) the avx512 rows are labelled
 ``avx512-zen4``: there bf16 GEMMs run on vdpbf16ps register tiles, and their rows count
 against the measured vdpbf16ps peak (24 independent register vdpbf16ps, 64 flops each);
-f32 rows are the same kernels as generic ones. bf16 rows of the amx target (AMX tile kernels) count against the measured AMX peak: 4
-independent `tdpbf16ps` tiles in a loop. ``--ghz G`` uses the formula 2 FMA units x lanes
-x 2 flops x G instead (the issue's figure is 3.7 GHz, which this VM does not sustain with
+f32 rows are the same kernels as generic ones. bf16 rows of the amx target (AMX tile
+kernels) count against the measured AMX peak: 4 independent `tdpbf16ps` tiles in a loop.
+``--ghz G`` uses the formula 2 FMA units x lanes x 2 flops x G instead (the issue's figure is 3.7 GHz, which this VM does not sustain with
 AVX-512), and 1024 bf16 flops per cycle for AMX.
 Matrix-vector rows (M=1) also show the kernel's speed as a percentage of a plain
 streaming read of B timed in the same harness (`morello bench --peers ...,stream-read`:
@@ -51,7 +51,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from morello_build.api import cache_target_id
 from morello_build.target.isa import host_supports, native_isa, native_tune
+from morello_build.target.x86 import TUNES as TARGET_TUNES
+from morello_build.target.x86 import get_target
 
 TARGETS = ("avx512", "avx2", "amx")
 DEFAULT_SHAPES = (
@@ -63,7 +66,7 @@ LANES = {"amx": 16, "avx512": 16, "avx2": 8}
 #: Shapes per target when --shapes is not given: the amx target differs from avx512 only
 #: in its bf16 GEMM kernel (AMX tiles), so it gets the bf16 rows.
 TARGET_SHAPES = {"amx": "bf16:256,bf16:1x2048x16384"}
-TUNES = ("native", "generic", "zen4")
+TUNES = ("native", *TARGET_TUNES)
 #: The peak key of bf16 rows on vdpbf16ps tiles (`--tune zen4`).
 DPBF16_PEAK = "avx512-dpbf16"
 
@@ -93,9 +96,9 @@ def key(target: str, shape: str) -> str:
 
 
 def row_target(target: str, tune: str) -> str:
-    """The row's target label: `avx512-zen4` where a tuning changes the kernels (only
-    avx512 has one), else the target."""
-    return f"{target}-{tune}" if target == "avx512" and tune != "generic" else target
+    """The row's target label: its one-thread cache table name, `avx512-zen4` where a
+    tuning changes the kernels (only avx512 has one), else the target."""
+    return cache_target_id(get_target(target, 1, tune))
 
 
 def split_target(label: str) -> tuple[str, str]:
@@ -526,8 +529,7 @@ def main(argv: list[str] | None = None) -> int:
                 target, shape, args.min_time, args.repeats, args.repeat_below, tune
             )
             res_path.write_text(json.dumps({**results, "_meta": meta}, indent=1))
-    labels = {k.split("/", 1)[0] for k in results}
-    in_file = sorted({split_target(t)[0] for t in labels})
+    in_file = sorted({split_target(k.split("/", 1)[0])[0] for k in results})
     dpbf16_rows = any(_row_peak_key(k) == DPBF16_PEAK for k in results)
     if args.ghz is not None:
         peaks = {t: 2 * LANES[t] * 2 * args.ghz for t in in_file}

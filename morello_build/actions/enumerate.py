@@ -54,6 +54,8 @@ from morello_build.target.kernels import (
     AMX_K_STEP,
     AMX_PAIRS_DIMS,
     AMX_TILE,
+    DPBF16_COLS,
+    DPBF16_MIN_K,
     amx_pairs_layout,
     kernels_for,
 )
@@ -124,7 +126,13 @@ def dpbf16_tileable(spec: LogicalSpec, target: Target) -> bool:
         return False
     bdim, m, k, n = spec.shape
     paired = spec.operands[1].layout.dims == AMX_PAIRS_DIMS
-    return bdim == 1 and k % 2 == 0 and k >= 4 and n % 16 == 0 and (m > 1 or paired)
+    return (
+        bdim == 1
+        and k % 2 == 0
+        and k >= DPBF16_MIN_K
+        and n % DPBF16_COLS == 0
+        and (m > 1 or paired)
+    )
 
 
 def _whole_tiles(shape: tuple[int, ...]) -> bool:
@@ -158,7 +166,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     if tiles:
         tilings = [a for a in tilings if isinstance(a, TileOut) and _whole_tiles(a.shape)]
     if dp_tiles:
-        tilings = [a for a in tilings if isinstance(a, TileOut) and a.shape[3] % 16 == 0]
+        tilings = [a for a in tilings if isinstance(a, TileOut) and a.shape[3] % DPBF16_COLS == 0]
     acts.extend(tilings)
     if spec.kind == MATMUL and spec.accum:
         k = spec.shape[2]
@@ -166,7 +174,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if tiles:
             splits = [s for s in splits if s % AMX_K_STEP == 0]
         if dp_tiles:
-            splits = [s for s in splits if s >= 4]
+            splits = [s for s in splits if s >= DPBF16_MIN_K]
         acts.extend(Split(s) for s in splits)
     acts.extend(Select(k.name) for k in kernels_for(spec.kind))
     if spec.kind == MATMUL and not spec.accum:
@@ -175,7 +183,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
 
 
 def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
-    """A move that keeps an AMX-tileable Spec tileable: same dtype, memory levels."""
+    """A move that keeps an AMX- or vdpbf16ps-tileable Spec so: same dtype, memory levels."""
     if not isinstance(move, Move):
         return True
     src = spec.operands[move.operand]

@@ -17,6 +17,7 @@ from typing import Any
 
 from morello_build.codegen.abi import OperandABI
 from morello_build.errors import MorelloError
+from morello_build.target.x86 import TUNES as TARGET_TUNES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,7 +28,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 TARGETS: tuple[str, ...] = ("native", "amx", "avx512", "avx2", "x86-64")
 #: Cost-model tunings a declaration may ask for (`target.x86.TUNES`, plus "native": the
 #: building machine's). Unset: "native" for `target = "native"`, else "generic".
-TUNES: tuple[str, ...] = ("native", "generic", "zen4")
+TUNES: tuple[str, ...] = ("native", *TARGET_TUNES)
 #: Element types of a matmul's inputs; the output is always f32.
 DTYPES: tuple[str, ...] = ("f32", "bf16")
 LAYOUTS: tuple[str, ...] = ("row", "col")
@@ -126,8 +127,8 @@ class KernelDecl:
         """The tuning to synthesize with for these targets (default: the declared ones)."""
         from morello_build.target.x86 import resolve_tune
 
-        ts = targets or self.targets
-        return resolve_tune(self.tune, "native" if ts == ("native",) else ts[0])
+        # "native" is never combined with other targets, so the first one decides.
+        return resolve_tune(self.tune, (targets or self.targets)[0])
 
     def spec_text(self) -> str:
         """The Spec text for this kernel (asks the synthesizer's API, imported lazily)."""

@@ -34,7 +34,7 @@ from morello_build.build.config import (
 from morello_build.codegen.abi import GeneratedKernel, KernelABI
 from morello_build.errors import MorelloError
 from morello_build.target import isa as isa_mod
-from morello_build.target.isa import native_tune
+from morello_build.target.x86 import resolve_tune
 
 COMBINED_HEADER = "morello_kernels.h"
 MANIFEST = "manifest.json"
@@ -484,14 +484,15 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
         name = args.name
         if not name or not set(name) <= _IDENT_CHARS or name[0].isdigit() or "__" in name:
             raise ConfigError(f"--name: expected a C identifier without '__', got {name!r}")
-        isas = resolve_targets(override or ("native",))
+        isas_declared = override or ("native",)
+        isas = resolve_targets(isas_declared)
         req = KernelRequest(
             name=name,
             isas=isas,
             spec=args.spec,
             schedule=args.schedule,
             where=f"--spec ({name})",
-            tune=native_tune() if (override or ("native",)) == ("native",) else "generic",
+            tune=resolve_tune(None, isas_declared[0]),
         )
         return [req], None
     if args.config is None:

@@ -495,6 +495,13 @@ def _k_pair_rows(ctx: Ctx, view: View, pairs: int, cols: list[int], what: str) -
     )
 
 
+def _check_bf16_f32(views: tuple[View, ...], what: str) -> None:
+    """The tile kernels' buffers: bf16 x bf16 -> f32."""
+    for view, want in zip(views, (Dtype.BF16, Dtype.BF16, Dtype.F32)):
+        if view.buf.dtype != want:
+            raise CodegenError(f"{what}: {view.buf.name} is {view.buf.dtype}, not {want}")
+
+
 def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     """c (+)= a @ b on AMX tiles (`AmxTileMatmulBf16F32`; layouts in `target.kernels`).
 
@@ -515,9 +522,7 @@ def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     a0, sa = _row_major_rows(ctx, a, m, kcols, "AMX lhs")
     b0, sb = _k_pair_rows(ctx, b, kk // 2, ncols, "AMX rhs (k-pair layout)")
     c0, sc = _row_major_rows(ctx, c, m, ncols, "AMX out")
-    for buf, want in ((a.buf, Dtype.BF16), (b.buf, Dtype.BF16), (c.buf, Dtype.F32)):
-        if buf.dtype != want:
-            raise CodegenError(f"AMX tile matmul: {buf.name} is {buf.dtype}, not {want}")
+    _check_bf16_f32(views, "AMX tile matmul")
     ctx.require_setup("amx")
     u = ctx.fresh()
     pa, pb, pc = f"pa{u}", f"pb{u}", f"pc{u}"
@@ -571,9 +576,7 @@ def _dpbf16_tile(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     a0, sa = _row_major_rows(ctx, a, m, kcols, "vdpbf16ps lhs")
     b0, sb = _k_pair_rows(ctx, b, pairs, ncols, "vdpbf16ps rhs (k-pair layout)")
     c0, sc = _row_major_rows(ctx, c, m, ncols, "vdpbf16ps out")
-    for buf, want in ((a.buf, Dtype.BF16), (b.buf, Dtype.BF16), (c.buf, Dtype.F32)):
-        if buf.dtype != want:
-            raise CodegenError(f"vdpbf16ps tile: {buf.name} is {buf.dtype}, not {want}")
+    _check_bf16_f32(views, "vdpbf16ps tile")
     ctx.includes.update(("immintrin.h", "string.h"))
     u = ctx.fresh()
     pa, pb, pc, p = f"pa{u}", f"pb{u}", f"pc{u}", f"p{u}"

@@ -373,7 +373,16 @@ def _amx_applies(s: LogicalSpec, t: Target) -> bool:
         and m in (16, 32)
         and n in (16, 32)
         and k % AMX_K_STEP == 0
-        and all(_mem(o) for o in s.operands)
+        and _paired_in_memory(s)
+    )
+
+
+def _paired_in_memory(s: LogicalSpec) -> bool:
+    """The operand layouts of the AMX and vdpbf16ps tile kernels: all three in memory, A
+    and C row-major with contiguous rows, B in k-pairs with contiguous pair rows."""
+    a, b, c = s.operands
+    return (
+        all(_mem(o) for o in s.operands)
         and a.layout.dims == _ROWS_DIMS
         and a.layout.contig >= 1
         and b.layout.dims == AMX_PAIRS_DIMS
@@ -405,13 +414,15 @@ def _amx_cost(s: LogicalSpec, t: Target) -> int:
 # Matmul does not accumulate) and stored at exit. Only enumerated with `fast_dpbf16`: on
 # the generic tuning (the Xeon) vdpbf16ps has half the f32 FMA flop rate and widening wins.
 
+DPBF16_COLS = 16  # f32 columns per zmm accumulator (and per B vector of 16 pairs)
+DPBF16_MIN_K = 4  # a 2-row B tile is no longer in the k-pair layout (`amx_pairs_layout`)
 DPBF16_TILE_MAX_COLS = 64  # four zmm accumulators per row
 DPBF16_LOAD_COST = 1  # a B vector load or an A pair broadcast, per k-pair
 
 
 def _dpbf16_tile_registers(m: int, n: int) -> int:
     """Accumulators, the B vectors of one pair row, and one broadcast."""
-    return m * (n // 16) + n // 16 + 1
+    return m * (n // DPBF16_COLS) + n // DPBF16_COLS + 1
 
 
 def _dpbf16_tile_applies(s: LogicalSpec, t: Target) -> bool:
@@ -422,17 +433,11 @@ def _dpbf16_tile_applies(s: LogicalSpec, t: Target) -> bool:
         and (a.dtype, b.dtype, c.dtype) == (BF16, BF16, F32)
         and bdim == 1
         and k % 2 == 0
-        and k >= 4
-        and n % 16 == 0
+        and k >= DPBF16_MIN_K
+        and n % DPBF16_COLS == 0
         and n <= DPBF16_TILE_MAX_COLS
         and _dpbf16_tile_registers(m, n) <= t.max_limits[Level.VRF]
-        and all(_mem(o) for o in s.operands)
-        and a.layout.dims == _ROWS_DIMS
-        and a.layout.contig >= 1
-        and b.layout.dims == AMX_PAIRS_DIMS
-        and b.layout.contig >= 2
-        and c.layout.dims == _ROWS_DIMS
-        and c.layout.contig >= 1
+        and _paired_in_memory(s)
     )
 
 
@@ -443,7 +448,7 @@ def _dpbf16_tile_memory(s: LogicalSpec, t: Target) -> Limits:
 
 def _dpbf16_tile_cost(s: LogicalSpec, t: Target) -> int:
     _, m, k, n = s.shape
-    nv = n // 16
+    nv = n // DPBF16_COLS
     per_pair = m * nv * vdpbf16ps_cost(t) + (m + nv) * DPBF16_LOAD_COST
     c_io = m * nv * (ZMM_STORE_COST + (1 if s.accum else 0))
     far = sum(t.move_cost(o) for o in s.operands if o.level in (Level.L2, Level.GL))
