@@ -26,10 +26,11 @@ independent register FMAs (zmm for avx512, 12 ymm for avx2), timed the same way 
 kernels; x threads for threaded rows. bf16 rows count against the same f32 FMA peak: on
 the Xeon `vdpbf16ps zmm` retires one per 2 cycles (measured the same way), half the f32
 FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses). With
-``--tune`` zen4 (the default ``native`` on an AMD Zen 4 host) the avx512 rows are labelled
-``avx512-zen4``: there bf16 GEMMs run on vdpbf16ps register tiles, and their rows count
-against the measured vdpbf16ps peak (24 independent register vdpbf16ps, 64 flops each);
-f32 rows are the same kernels as generic ones. bf16 rows of the amx target (AMX tile
+``--tune`` other than generic (the default ``native`` is zen3 on an AMD Zen 3 host, zen4 on
+Zen 4) rows are labelled with it, e.g. ``avx2-zen3``: matrix-vector kernels there have no
+software prefetch. With zen4 the avx512 bf16 GEMMs run on vdpbf16ps register tiles, and
+their rows count against the measured vdpbf16ps peak (24 independent register vdpbf16ps,
+64 flops each); other GEMM rows are the same kernels as generic ones. bf16 rows of the amx target (AMX tile
 kernels) count against the measured AMX peak: 4 independent `tdpbf16ps` tiles in a loop.
 ``--ghz G`` uses the formula 2 FMA units x lanes x 2 flops x G instead (the issue's figure is 3.7 GHz, which this VM does not sustain with
 AVX-512), and 1024 bf16 flops per cycle for AMX.
@@ -96,8 +97,8 @@ def key(target: str, shape: str) -> str:
 
 
 def row_target(target: str, tune: str) -> str:
-    """The row's target label: its one-thread cache table name, `avx512-zen4` where a
-    tuning changes the kernels (only avx512 has one), else the target."""
+    """The row's target label: its one-thread cache table name, the target plus its
+    tuning unless generic (`avx512-zen4`, `avx2-zen3`)."""
     return cache_target_id(get_target(target, 1, tune))
 
 
@@ -245,11 +246,11 @@ int main(void) {
 
 def peak_key(label: str, dtype: str) -> str:
     """The peak a row is measured against: for bf16, AMX tiles on amx and vdpbf16ps on the
-    zen4 tuning; else the f32 FMAs of its ISA."""
+    avx512 zen4 tuning; else the f32 FMAs of its ISA."""
     isa, tune = split_target(label)
     if dtype == "bf16" and isa == "amx":
         return "amx-bf16"
-    if dtype == "bf16" and tune == "zen4":
+    if dtype == "bf16" and isa == "avx512" and tune == "zen4":
         return DPBF16_PEAK
     return isa
 
@@ -413,7 +414,7 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
             ys2 = [y if y is not None else float("nan") for y in ys]
             ax.plot(xs, ys2, marker="o", label=name, linewidth=2.5 if name == MORELLO else 1.2)
         peak = peaks[split_target(target)[0]]
-        if DPBF16_PEAK in peaks and split_target(target)[1] == "zen4":
+        if DPBF16_PEAK in peaks and split_target(target) == ("avx512", "zen4"):
             dp = peaks[DPBF16_PEAK]
             ax.axhline(dp, color="g", linestyle=":", label=f"vdpbf16ps peak ({dp:.0f})")
         if target == "amx":
@@ -477,8 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         "--tune",
         choices=TUNES,
         default="native",
-        help="morello's --tune for every row: native is this host's (zen4 on AMD Zen 4, where"
-        " avx512 rows become avx512-zen4 and bf16 GEMMs use vdpbf16ps) [default: native]",
+        help="morello's --tune for every row: native is this host's (zen3 on AMD Zen 3, zen4 on"
+        " Zen 4, where avx512 bf16 GEMMs use vdpbf16ps); rows of a tuning other than generic"
+        " are labelled with it, e.g. avx2-zen3 [default: native]",
     )
     ap.add_argument("--report-only", action="store_true", help="print/plot the results file")
     args = ap.parse_args(argv)

@@ -78,12 +78,13 @@ class Synthesis:
 
 def cache_target_id(target: Target) -> str:
     """The persistent cache's target name: the ISA, its tuning unless generic, and the
-    thread count when above one (e.g. `avx512`, `avx512-zen4`, `avx512-zen4-t2`).
+    thread count when above one (e.g. `avx512`, `avx512-zen4`, `avx2-zen3`, `avx512-zen4-t2`).
 
     The cache stores indices into a Spec's action list, and a Spec that may run in
     parallel has parallel tilings in that list only when the target has several threads;
-    the same index would name another action at another thread count. A tuning changes
-    costs and the action list (vdpbf16ps tiles), so it is a table of its own too.
+    the same index would name another action at another thread count. A tuning may change
+    costs and the action list (vdpbf16ps tiles), so it is a table of its own too (one that
+    changes only the C, like zen3's, still gets one: the rule stays one line).
     """
     name = target.isa if target.tune == "generic" else f"{target.isa}-{target.tune}"
     return name if target.processors == 1 else f"{name}-t{target.processors}"
@@ -191,5 +192,5 @@ def synthesize_kernel(
             ls, isa, threads=threads, use_cache=use_cache, progress=progress, tune=tune_name
         )
         impl, solved = syn.impl, syn.solved
-    kernel = generate_c(impl, name, isa, annotate=annotate)
+    kernel = generate_c(impl, name, isa, tune=tune_name, annotate=annotate)
     return SynthResult(kernel, solved == 0, solved, time.perf_counter() - start)

@@ -66,9 +66,10 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tune",
         default=None,
-        help="cost-model constants of a microarchitecture: generic (measured on a Xeon), "
-        "zen4 (AMD Zen 4: bf16 GEMMs on vdpbf16ps register tiles; changes only avx512) or "
-        "native (this host's) [default: native with --target native, else generic]",
+        help="tune for a microarchitecture (like gcc's -mtune; same ISA): generic (measured "
+        "on a Xeon), zen3 (AMD Zen 3: no software prefetch in matrix-vector loops), zen4 "
+        "(AMD Zen 4: that, and bf16 GEMMs on vdpbf16ps register tiles with --target avx512) "
+        "or native (this host's) [default: native with --target native, else generic]",
     )
     p.add_argument(
         "--dtype",

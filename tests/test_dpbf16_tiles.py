@@ -34,12 +34,14 @@ _AMD_ZEN4 = (
     "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 fma avx512f avx512_bf16\n"
 )
 _AMD_ZEN3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 fma\n"
+_AMD_ZEN2 = "vendor_id\t: AuthenticAMD\ncpu family\t: 23\nflags\t\t: fpu avx2 fma\n"
 _INTEL_SPR = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 fma avx512f avx512_bf16 amx_tile\n"
 
 
 def test_tune_from_cpuinfo():
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN4) == "zen4"
-    assert isa_mod.tune_from_cpuinfo(_AMD_ZEN3) == "generic"
+    assert isa_mod.tune_from_cpuinfo(_AMD_ZEN3) == "zen3"
+    assert isa_mod.tune_from_cpuinfo(_AMD_ZEN2) == "generic"  # unmeasured
     assert isa_mod.tune_from_cpuinfo(_INTEL_SPR) == "generic"
     assert isa_mod.tune_from_cpuinfo("") == "generic"
 
@@ -57,10 +59,14 @@ def test_tune_is_part_of_the_target_and_its_cache_table():
     assert zen.fast_dpbf16 and not gen.fast_dpbf16 and zen != gen
     assert cache_target_id(zen) == "avx512-zen4" and cache_target_id(gen) == "avx512"
     assert cache_target_id(get_target("avx512", 2, "zen4")) == "avx512-zen4-t2"
-    # Only avx512 has a Zen 4 tuning: the others stay generic (and share one table).
-    for isa in ("avx2", "x86-64", "amx"):
+    # vdpbf16ps tiles are an avx512 choice; elsewhere the tuning changes only the C (see
+    # test_tunings.py), still in a table of its own; the scalar target has nothing to tune.
+    for isa in ("avx2", "amx"):
         t = get_target(isa, 1, "zen4")
-        assert t.tune == "generic" and not t.fast_dpbf16 and t == get_target(isa)
+        assert t.tune == "zen4" and not t.fast_dpbf16 and t != get_target(isa)
+        assert cache_target_id(t) == f"{isa}-zen4"
+    assert not get_target("avx512", 1, "zen3").fast_dpbf16
+    assert get_target("x86-64", 1, "zen4") == get_target("x86-64")
 
 
 def _spec(m: int, k: int, n: int, b_layout: str = "row", accum: bool = False):
@@ -118,7 +124,7 @@ def test_zen4_kernels_use_the_tiles_and_match_numpy(m, k, n, accumulate):
     syn = synthesize(_spec(m, k, n, accum=accumulate), "avx512", tune="zen4", use_cache=False)
     kernels = {node.name for node in iter_nodes(syn.impl) if isinstance(node, Kernel)}
     assert TILE in kernels and PACK in kernels, kernels
-    kernel = generate_c(syn.impl, "mm", "avx512")
+    kernel = generate_c(syn.impl, "mm", "avx512", tune="zen4")
     assert "_mm512_dpbf16_ps" in kernel.c_source
     for cc in ("gcc", "clang"):
         try:
@@ -138,7 +144,7 @@ def test_cli_tune():
     bad = _morello("synth", "matmul", "8x8x8", "--tune", "zen9", "--no-cache")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == (
-        "morello: error: unknown tune 'zen9'; expected native, generic, zen4"
+        "morello: error: unknown tune 'zen9'; expected native, generic, zen3, zen4"
     )
     ok = _morello(
         "synth", "matmul", "16x32x32", "--dtype", "bf16", "--target", "avx512",
@@ -189,5 +195,5 @@ def test_a_bad_tune_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError) as exc:
         _config(tmp_path, 'tune = "zen9"\n' + _KERNELS)
     assert str(exc.value) == (
-        f'{tmp_path / "morello.toml"}: tune: expected one of "native", "generic", "zen4", got "zen9"'
+        f'{tmp_path / "morello.toml"}: tune: expected one of "native", "generic", "zen3", "zen4", got "zen9"'
     )

@@ -23,9 +23,12 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-def _avx2_row(tmp_path: Path, shape: str, repeat_below: str) -> subprocess.CompletedProcess[str]:
+def _avx2_row(
+    tmp_path: Path, shape: str, repeat_below: str, tune: str = "generic"
+) -> subprocess.CompletedProcess[str]:
     """One avx2 row, repeated twice if its ratio is below `repeat_below`."""
     args = ["--targets", "avx2", "--shapes", shape, "--min-time", "0.05", "--repeats", "2"]
+    args += ["--tune", tune]  # not the default `native`: the row's label must not vary
     p = _run(tmp_path, *args, "--repeat-below", repeat_below)
     assert p.returncode == 0, p.stderr
     return p
@@ -47,12 +50,13 @@ def test_rows_below_the_threshold_are_benchmarked_again(tmp_path: Path) -> None:
     else:
         assert "no plot: matplotlib is not installed" in p.stderr
 
-    # A second run adds a row above the threshold (not repeated); the first row keeps its
-    # repeats in the results file.
-    p = _avx2_row(tmp_path, "16", "0")
+    # A second run adds a row above the threshold (not repeated), of another tuning and so
+    # labelled with it; the first row keeps its repeats in the results file.
+    p = _avx2_row(tmp_path, "16", "0", tune="zen3")
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert "repeat_ratios" not in doc["avx2/16"] and len(doc["avx2/8"]["repeat_ratios"]) == 2
-    line = next(x for x in p.stdout.splitlines() if x.startswith("| avx2 | 16x16x16 |"))
+    assert "repeat_ratios" not in doc["avx2-zen3/16"] and doc["avx2-zen3/16"]["tune"] == "zen3"
+    assert len(doc["avx2/8"]["repeat_ratios"]) == 2
+    line = next(x for x in p.stdout.splitlines() if x.startswith("| avx2-zen3 | 16x16x16 |"))
     assert line.strip("|").split("|")[-1].strip() == "-"
 
 
@@ -122,6 +126,7 @@ def test_default_targets_are_those_the_host_runs(
     other = {"results": [{"name": "morello-build", "gflops": 200.0}], "ratio": 1.1}
     res.write_text(json.dumps({"avx512/64": other, "_meta": {"fma_peak": {"avx512": 250.0}}}))
     argv = ["--results", str(res), "--png", str(tmp_path / "p.png"), "--shapes", "8,16"]
+    argv += ["--tune", "generic"]  # not this host's tuning: the rows' labels must not vary
     assert mod.main(argv) == 0  # type: ignore[attr-defined]
     out, err = capsys.readouterr()
     assert ran == [("avx2", "8"), ("avx2", "16")]

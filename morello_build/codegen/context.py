@@ -80,11 +80,13 @@ SETUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 class Ctx:
     """Lines being written plus what they need (typedefs, helpers, includes)."""
 
-    def __init__(self, isa: str, annotate: bool) -> None:
+    def __init__(self, isa: str, annotate: bool, stream_prefetch: bool = True) -> None:
         if isa not in F32_LANES:
             raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(F32_LANES)}")
         self.isa = isa
         self.annotate = annotate
+        #: Software prefetch in streaming matrix-vector loops (`target.x86.Tuning`).
+        self.stream_prefetch = stream_prefetch
         self.lines: list[str] = []
         self.depth = 1
         self.vector_types: set[tuple[str, int, int]] = set()  # (tag, lanes, bytes)

@@ -322,6 +322,13 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
 #: of a row the prefetches fall on lines of the next row that have been read already, and
 #: such a B stays in cache between calls; avx2 f32 1x1024x1024 (4 KiB rows), two runs:
 #: 1.007-1.015 without, 1.000-1.009 with (avx512: within 0.5% either way).
+#: Those are Xeon (Sapphire Rapids class) figures. On AMD the prefetches lose, so the zen3 and
+#: zen4 tunings (`Tuning.stream_prefetch`) emit none; 1x2048x16384, one harness run each,
+#: with / without:
+#:   Zen 4 avx2 f32      8.43 / 12.96 GF/s (0.771x / 1.150x of MKL)
+#:   Zen 4 avx512 bf16   16.92 / 24.99 GF/s (1.238x / 1.728x of the -O3 loop nest)
+#:   Zen 3 avx2 f32      0.798-0.846x / 1.001-1.089x of the best peer (3 rounds)
+#:   Zen 3 avx2 bf16     1.184-1.286x / 1.401-1.454x of the loop nest (3 rounds)
 STREAM_PREFETCH_AHEAD = 512
 STREAM_PREFETCH_MAX_STEP_BYTES = 128
 STREAM_PREFETCH_MIN_ROW = 4 * STREAM_PREFETCH_AHEAD
@@ -397,7 +404,12 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
 
         esize = b.buf.dtype.size
         row_bytes = count * lanes * esize  # of each row, this step
-        if var and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES and n >= STREAM_PREFETCH_MIN_ROW:
+        if (
+            ctx.stream_prefetch
+            and var
+            and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES
+            and n >= STREAM_PREFETCH_MIN_ROW
+        ):
             # In the loop only; a hint, so past B's end it reads nothing.
             for r in range(kk):
                 for off in range(0, row_bytes, 64):

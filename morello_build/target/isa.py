@@ -116,18 +116,24 @@ def _host_cpu_flags() -> frozenset[str]:
 
 def tune_from_cpuinfo(text: str) -> str:
     """The `Target.tune` for the CPU a /proc/cpuinfo text describes: `zen4` for an AMD CPU
-    with AVX-512 BF16 (Zen 4; Zen 5, also AMD, is assumed alike: unmeasured), else
-    `generic`."""
-    vendor, flags = "", set[str]()
+    with AVX-512 BF16 (Zen 4; Zen 5, also AMD, is assumed alike: unmeasured), `zen3` for
+    an AMD family 19h CPU without it (Zen 3), else `generic` (older AMD cores unmeasured)."""
+    vendor, family, flags = "", "", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if key == "vendor_id" and not vendor:
             vendor = value.strip()
+        elif key == "cpu family" and not family:
+            family = value.strip()
         elif key == "flags" and not flags:
             flags = set(value.split())
-    if vendor == "AuthenticAMD" and {"avx512f", "avx512_bf16"} <= flags:
+    if vendor != "AuthenticAMD":
+        return "generic"
+    if {"avx512f", "avx512_bf16"} <= flags:
         return "zen4"
+    if family == "25" and "avx2" in flags:
+        return "zen3"
     return "generic"
 
 

@@ -26,15 +26,18 @@ prefers 512^3 plans that stream A from L2 against a 32 KiB B panel in L1, which 
 measured 0.97-1.02x there, so an AVX2 L2 has nothing to win until the model knows this
 CPU's 48 KiB L1 (the model's L1 is 64 KiB).
 
-`tune` picks the constants that differ between microarchitectures of one ISA, as
-gcc's `-mtune` does: `generic` is the model as measured on this project's Xeon (Sapphire
-Rapids class); `zen4` is AMD Zen 4, whose AVX-512 runs on 256-bit units: one
+`tune` picks what differs between microarchitectures of one ISA, as gcc's `-mtune` does
+(`Tuning`, one per name in `TUNES`): `generic` is the model as measured on this project's
+Xeon (Sapphire Rapids class). `zen4` is AMD Zen 4, whose AVX-512 runs on 256-bit units: one
 `vfmadd231ps zmm` per cycle (117 GF/s at 3.65 GHz, asm loop of 16 independent FMAs), the
 same flops as two ymm FMAs, and one `vdpbf16ps zmm` per cycle too, i.e. *twice* the flops
 of f32 FMAs (234 GF/s counted as bf16 flops), where the Xeon retires one per 2 cycles (half
 its f32 rate). So on Zen 4 a bf16 GEMM on `vdpbf16ps` register tiles (B packed in k-pairs,
-`target.kernels.Dpbf16TileBf16F32`) beats widening to f32, and on the Xeon it loses.
-Only the avx512 target has a Zen 4 tuning; elsewhere every tune is `generic`.
+`target.kernels.Dpbf16TileBf16F32`) beats widening to f32, and on the Xeon it loses; that
+changes the search on the avx512 target only. `zen3` is AMD Zen 3 (AVX2, no AVX-512).
+On both AMD cores the software prefetch of the streaming matrix-vector loop, a win on the
+Xeon, loses (`codegen.kernels.STREAM_PREFETCH_AHEAD` has the measurements), so their
+tunings turn it off: a code generation choice on every vector target.
 
 `processors` is the thread count the kernel is built for (the user's `threads`), not the
 reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
@@ -52,6 +55,31 @@ from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
 from morello_build.target.isa import ISAS, native_isa, native_tune
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What one microarchitecture changes of an ISA's model and code (see the module doc)."""
+
+    name: str
+    #: `vdpbf16ps zmm` retires at the f32 FMA rate: bf16 GEMMs on vdpbf16ps register tiles
+    #: (the search changes; avx512 only).
+    fast_dpbf16: bool = False
+    #: The streaming matrix-vector loop prefetches B rows ahead in software (code only).
+    stream_prefetch: bool = True
+
+
+#: Tunings by name, the default first.
+TUNINGS: dict[str, Tuning] = {
+    t.name: t
+    for t in (
+        Tuning("generic"),
+        Tuning("zen3", stream_prefetch=False),
+        Tuning("zen4", fast_dpbf16=True, stream_prefetch=False),
+    )
+}
+#: Tuning names (`Target.tune`), the default first.
+TUNES: tuple[str, ...] = tuple(TUNINGS)
 
 
 @dataclass(frozen=True)
@@ -81,9 +109,13 @@ class Target:
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     @property
+    def tuning(self) -> Tuning:
+        return TUNINGS[self.tune]
+
+    @property
     def fast_dpbf16(self) -> bool:
         """`vdpbf16ps` retires at the f32 FMA rate (twice its flops): bf16 GEMMs use it."""
-        return self.tune == "zen4" and self.isa == "avx512"
+        return self.tuning.fast_dpbf16 and self.isa == "avx512"
 
     def vector_sizes(self, dtype: Dtype) -> tuple[int, ...]:
         """Legal values-per-register for `dtype`, smallest first."""
@@ -115,9 +147,6 @@ class Target:
                 )
 
 
-#: Tunings (`Target.tune`), the default first.
-TUNES: tuple[str, ...] = ("generic", "zen4")
-
 _GL_LINES = 1 << 25
 _L2_LINES = 1 << 14
 
@@ -138,7 +167,8 @@ def resolve_tune(tune: str | None, target_name: str) -> str:
 @functools.cache
 def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
     """`amx`, `avx512`, `avx2`, `x86-64` or `native` (the best this host supports), with
-    the constants of `tune` (one of `TUNES`; it only changes avx512, see the module doc)."""
+    the tuning `tune` (one of `TUNES`; the scalar target has nothing to tune and is always
+    `generic`)."""
     if tune not in TUNES:
         raise SpecError(f"unknown tune {tune!r}; expected {', '.join(TUNES)}")
     isa = native_isa() if name == "native" else name
@@ -172,6 +202,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         t = Target("x86-64", (), (16, 0, 1024, 0, _GL_LINES), (0, 0, 2, 3, 20), 230_000, 60)
     else:
         raise SpecError(f"unknown target {name!r}; expected native, {', '.join(ISAS)}")
-    if isa == "avx512" and tune != "generic":
+    if isa != "x86-64" and tune != "generic":
         t = dataclasses.replace(t, tune=tune)
     return t.with_threads(threads)
