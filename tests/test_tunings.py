@@ -88,3 +88,18 @@ def test_cli_writes_the_tuned_kernel(tmp_path):
     assert p.returncode == 0, p.stderr
     src = out.read_text()
     assert "(tune zen3)" in src.splitlines()[0] and PREFETCH not in src
+
+
+def test_the_build_stamp_holds_the_resolved_tuning(tmp_path):
+    """CMake regenerates a kernel when its stamp changes: a native tuning resolved on another
+    machine (zen3 here, generic there) must change it, as the resolved ISAs do."""
+    from morello_build.build.generate import KernelRequest, cmake_info
+
+    spec = matmul_spec_text(1, 1, 16, 4096)
+    stamp = tmp_path / ".decl" / "mv.decl"
+    texts = {}
+    for tune in ("generic", "zen3", "generic"):
+        cmake_info([KernelRequest("mv", ("avx2",), spec=spec, tune=tune)], tmp_path, None)
+        texts.setdefault(tune, []).append(stamp.read_text())
+    assert texts["generic"][0] == texts["generic"][1] != texts["zen3"][0]
+    assert '"tune": "zen3"' in texts["zen3"][0]

@@ -373,9 +373,9 @@ def _cmake_list(items: Iterable[str]) -> str:
 def cmake_info(reqs: Sequence[KernelRequest], out_dir: Path, module: str | None) -> str:
     """A CMake script describing the outputs of `reqs`; also writes declaration stamps.
 
-    Each kernel's stamp holds its normalized declaration, resolved ISAs and the synthesizer
-    fingerprint, rewritten only on change: the kernel's build rule depends on it, so editing one
-    kernel in the toml regenerates only that kernel.
+    Each kernel's stamp holds its normalized declaration, resolved ISAs and tuning, and the
+    synthesizer fingerprint, rewritten only on change: the kernel's build rule depends on it,
+    so editing one kernel in the toml regenerates only that kernel.
     """
     sources = package_sources()
     fp = fingerprint(sources)
@@ -394,6 +394,7 @@ def cmake_info(reqs: Sequence[KernelRequest], out_dir: Path, module: str | None)
         decl_doc = {
             "fingerprint": fp,
             "isas": list(r.isas),
+            "tune": r.tune,  # resolved: a native tuning that changes host regenerates too
             "decl": _decl_json(r.decl) if r.decl is not None else {"spec": r.spec},
             "schedule": r.schedule,
         }

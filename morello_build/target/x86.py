@@ -37,7 +37,11 @@ its f32 rate). So on Zen 4 a bf16 GEMM on `vdpbf16ps` register tiles (B packed i
 changes the search on the avx512 target only. `zen3` is AMD Zen 3 (AVX2, no AVX-512).
 On both AMD cores the software prefetch of the streaming matrix-vector loop, a win on the
 Xeon, loses (`codegen.kernels.STREAM_PREFETCH_AHEAD` has the measurements), so their
-tunings turn it off: a code generation choice on every vector target.
+tunings turn it off: a code generation choice on every vector target. Zen 3's L1 holds
+32 KiB, half the model's; an L1 of 512 lines for zen3 was tried and lost: its 512^3 plan
+(32 KiB of L1 tiles) ran 0.951-0.982x of the best peer against 0.996-1.059x for the 64 KiB
+plan (3 interleaved rounds, one harness run each), so the model keeps 64 KiB (the L2 behind
+it serves the overflow well).
 
 `processors` is the thread count the kernel is built for (the user's `threads`), not the
 reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
