@@ -149,6 +149,7 @@ class BenchReport:
     best_peer: str | None
     ratio: float | None  # best peer median seconds / morello median seconds
     peer_limit: str = ""  # how the peers were held to the kernel's ISA ("" = host ISA)
+    tune: str = "generic"  # the kernel's tuning (`GeneratedKernel.tune`)
 
     def result(self, name: str) -> ImplResult:
         for r in self.results:
@@ -161,6 +162,7 @@ class BenchReport:
             "spec": self.spec,
             "kernel": self.kernel,
             "target": self.target,
+            "tune": self.tune,
             "threads": self.threads,
             "flops": self.flops,
             "compiler": self.compiler,
@@ -173,7 +175,8 @@ class BenchReport:
     def format_table(self) -> str:
         lines = [
             f"spec: {self.spec}",
-            f"kernel {self.kernel}, target {self.target}, {self.threads} thread(s), "
+            f"kernel {self.kernel}, target {self.target}{_tuned(self.tune)}, "
+            f"{self.threads} thread(s), "
             f"{self.flops} flop/call, {self.compiler}",
             f"peers: {self.peer_limit or 'all of this host'}",
             f"{'implementation':<16}{'GFLOP/s med':>12}{'GFLOP/s best':>13}{'us/call med':>13}"
@@ -192,6 +195,10 @@ class BenchReport:
         else:
             lines.append("no peer could be timed")
         return "\n".join(lines)
+
+
+def _tuned(tune: str) -> str:
+    return "" if tune == "generic" else f" (tune {tune})"
 
 
 # --------------------------------------------------------------------------- layouts
@@ -897,4 +904,5 @@ def bench_kernel(
         best_peer=best.name if best else None,
         ratio=ratio,
         peer_limit=peer_limit,
+        tune=kernel.tune,
     )

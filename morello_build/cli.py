@@ -189,12 +189,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     spec_text = spec_from_args(args)
     res = _synth_kernel(args, spec_text)
     compilers = args.cc or ["gcc"]
+    tune = res.kernel.tune
+    tuned = "" if tune == "generic" else f" tune {tune}"
     ok = True
     for cc in compilers:
         r = verify_kernel(res.kernel, compiler=cc, seed=args.seed)
         status = "OK" if r.ok else "MISMATCH"
         print(
-            f"{res.kernel.spec_text} [{res.kernel.abi.isa}, {cc}]: {status}  "
+            f"{res.kernel.spec_text} [{res.kernel.abi.isa}{tuned}, {cc}]: {status}  "
             f"max abs err {r.max_abs_err:.3g}, max rel err {r.max_rel_err:.3g} "
             f"(tolerance {r.tolerance:.3g})"
         )

@@ -7,6 +7,7 @@ on hosts without AVX-512 BF16.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -103,3 +104,22 @@ def test_the_build_stamp_holds_the_resolved_tuning(tmp_path):
         texts.setdefault(tune, []).append(stamp.read_text())
     assert texts["generic"][0] == texts["generic"][1] != texts["zen3"][0]
     assert '"tune": "zen3"' in texts["zen3"][0]
+
+
+def test_verify_and_bench_name_the_tuning(tmp_path):
+    """What a user reads back says which tuning made the kernel (its C differs by it)."""
+    common = ["matmul", "1x16x4096", "--target", "avx2", "--tune", "zen3", "--no-cache", "-q"]
+    run = [sys.executable, "-m", "morello_build"]
+    v = subprocess.run([*run, "verify", *common], capture_output=True, text=True)
+    assert v.returncode == 0, v.stderr
+    assert "[avx2 tune zen3, gcc]: OK" in v.stdout
+    b = subprocess.run(
+        [*run, "bench", *common, "--peers", "naive", "--min-time", "0.05", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert b.returncode == 0, b.stderr
+    doc = json.loads(b.stdout)
+    assert (doc["target"], doc["tune"]) == ("avx2", "zen3")
+    ok = {r["name"]: r for r in doc["results"]}
+    assert ok["morello-build"]["gflops"] > 0

@@ -416,4 +416,4 @@ def generate_c(
     out += ctx.lines
     out += ["    " + x for x in epi]
     out += ["}", ""]
-    return GeneratedKernel(abi, "\n".join(out), _header(abi, spec), spec.text())
+    return GeneratedKernel(abi, "\n".join(out), _header(abi, spec), spec.text(), tune)
