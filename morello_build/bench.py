@@ -44,6 +44,7 @@ from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.errors import MorelloError
 from morello_build.peers import PEER_ISAS, PeerLib, find_mkl, find_openblas
 from morello_build.target.isa import ISA_FLAGS, host_supports, native_isa
+from morello_build.target.x86 import tune_note
 from morello_build.verify import (
     STORAGE,
     IsaUnavailable,
@@ -175,7 +176,7 @@ class BenchReport:
     def format_table(self) -> str:
         lines = [
             f"spec: {self.spec}",
-            f"kernel {self.kernel}, target {self.target}{_tuned(self.tune)}, "
+            f"kernel {self.kernel}, target {self.target}{tune_note(self.tune)}, "
             f"{self.threads} thread(s), "
             f"{self.flops} flop/call, {self.compiler}",
             f"peers: {self.peer_limit or 'all of this host'}",
@@ -195,10 +196,6 @@ class BenchReport:
         else:
             lines.append("no peer could be timed")
         return "\n".join(lines)
-
-
-def _tuned(tune: str) -> str:
-    return "" if tune == "generic" else f" (tune {tune})"
 
 
 # --------------------------------------------------------------------------- layouts

@@ -86,6 +86,11 @@ TUNINGS: dict[str, Tuning] = {
 TUNES: tuple[str, ...] = tuple(TUNINGS)
 
 
+def tune_note(tune: str) -> str:
+    """` (tune zen3)` for a non-generic tuning, else empty: how output names a tuning."""
+    return "" if tune == "generic" else f" (tune {tune})"
+
+
 @dataclass(frozen=True)
 class Target:
     isa: str  # "amx" | "avx512" | "avx2" | "x86-64"
