@@ -37,6 +37,8 @@ def spec_from_args(args: argparse.Namespace) -> str:
     from morello_build.api import matmul_spec_text
 
     tokens = list(args.spec)
+    if len(tokens) == 1 and tokens[0].lower().split()[:1] == ["matmul"]:
+        tokens = tokens[0].split()  # the shorthand quoted as one word: 'matmul 64x64x64'
     if tokens and tokens[0].lower() == "matmul" and len(tokens) == 2:
         dims = parse_dims(tokens[1])
         if len(dims) == 3:

@@ -71,6 +71,16 @@ def test_synth_json_document():
     assert ("kernel", "BroadcastVecMultAdd") in set(kinds(doc["impl"]))
 
 
+def test_shorthand_quoted_as_one_word():
+    """`morello synth 'matmul 8x8x8'` (one shell word) means the same as two words."""
+    args = ("--target", "avx2", "--format", "json", "--no-cache", "-q")
+    one = morello("synth", "matmul 8x8x8", *args)
+    two = morello("synth", "matmul", "8x8x8", *args)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert json.loads(one.stdout)["spec"] == json.loads(two.stdout)["spec"]
+    assert json.loads(one.stdout)["impl"] == json.loads(two.stdout)["impl"]
+
+
 def test_shorthand_bf16_and_col_layout():
     r = morello(
         "synth",
