@@ -218,12 +218,45 @@ def test_parallel_loop_uses_openmp(compiler: str) -> None:
     loop = Loop(ls, (body,), (1, 4, 8, 8), True, ())
     g = generate_c(loop, "k", "avx2")
     assert "#pragma omp parallel for collapse(2)" in g.c_source
+    # The body is its own function taking the kernel's restrict pointers (see Ctx.outline).
+    assert re.search(
+        r"static void k_par0\(const float \*restrict lhs, const float \*restrict rhs, "
+        r"float \*restrict out, int i\d+, int i\d+\) \{",
+        g.c_source,
+    ), g.c_source
+    assert re.search(r"collapse\(2\)\n.*\n.*\n +k_par0\(lhs, rhs, out, i\d+, i\d+\);", g.c_source)
+    _check_openmp(loop, compiler)
+
+
+def _check_openmp(impl: Impl, compiler: str) -> None:
     try:
-        check(loop, "avx2", compiler)
+        check(impl, "avx2", compiler)
     except CompileError as e:
         if "omp" in e.stderr and "cannot find" in e.stderr:
             pytest.skip(f"{compiler} has no OpenMP runtime on this host")
         raise
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_parallel_loops_inside_a_serial_loop_share_a_buffer(compiler: str) -> None:
+    """B packed once per k block by both threads (a parallel loop over its rows), then a
+    parallel loop over C's rows reading it: the outlined bodies take the enclosing k loop's
+    variable and the shared buffer as parameters, and the kernel stays exact."""
+    ls = parse_spec("Matmul(1x16x256x64, f32:GL:row, f32:GL:row, f32:GL:row)")
+    s = Schedule.for_spec(ls, get_target("avx2", 2)).to_accum().split(128)
+    s = s.move(1, "GL", layout="[2,1,2p16]")
+    s = s.at([1, 0], lambda pack: pack.tile_out(1, 64, 64, parallel=True))
+    impl = s.tile_out(1, 8, 64, parallel=True).synthesize_rest().impl
+    g = generate_c(impl, "k", "avx2")
+    assert g.c_source.count("#pragma omp parallel for") == 2, g.c_source  # pack, compute
+    pack = re.search(r"static void k_par0\(([^)]*)\)", g.c_source)
+    compute = re.search(r"static void k_par1\(([^)]*)\)", g.c_source)
+    assert pack and compute, g.c_source
+    assert re.fullmatch(
+        r"const float \*restrict rhs, int i(\d+), float \*restrict buf\d+, int i\d+", pack[1]
+    )
+    assert re.search(r"float \*restrict buf\d+", compute[1]) and "lhs" in compute[1]
+    _check_openmp(impl, compiler)
 
 
 def test_packed_scratch_buffer() -> None:
@@ -258,13 +291,15 @@ def test_heap_workspace_is_allocated_once_per_call_or_thread(threads: int) -> No
     s = s.to_accum().at(1, lambda h: h.split(128).move(1, "GL", layout="[2,1,2p16]"))
     impl = s.synthesize_rest().impl
     g = generate_c(impl, "k", "avx2")
-    lines = g.c_source.splitlines()
+    # The thread's code: the kernel (serial) or the outlined parallel-loop body.
+    fn = "void k(" if threads == 1 else "static void k_par0("
+    lines = g.c_source.split(fn, 1)[1].split("\n}\n", 1)[0].splitlines()
     alloc = [i for i, x in enumerate(lines) if "posix_memalign" in x]
     frees = [i for i, x in enumerate(lines) if x.strip().startswith("free(")]
     loops = [i for i, x in enumerate(lines) if x.strip().startswith("for (")]
     assert len(alloc) == 1 and len(frees) == 1, g.c_source
-    assert sum(i < alloc[0] for i in loops) == threads - 1, g.c_source
-    assert frees[0] > loops[-1]
+    assert g.c_source.count("posix_memalign") == 1, g.c_source
+    assert all(i > alloc[0] for i in loops) and frees[0] > loops[-1], g.c_source
     assert g.abi.workspace_bytes == 128 * 64 * 4
     check(impl, "avx2")
 

@@ -8,6 +8,8 @@ byte-identical for the same tree.
 
 from __future__ import annotations
 
+import re
+
 from morello_build.codegen.abi import C_TYPES
 from morello_build.codegen.views import AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
@@ -80,10 +82,14 @@ SETUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
 class Ctx:
     """Lines being written plus what they need (typedefs, helpers, includes)."""
 
-    def __init__(self, isa: str, annotate: bool, stream_prefetch: bool = True) -> None:
+    def __init__(
+        self, isa: str, annotate: bool, stream_prefetch: bool = True, fn_name: str = "kernel"
+    ) -> None:
         if isa not in F32_LANES:
             raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(F32_LANES)}")
         self.isa = isa
+        #: The exported function's name; outlined parallel-loop bodies are named after it.
+        self.fn_name = fn_name
         self.annotate = annotate
         #: Software prefetch in streaming matrix-vector loops (`target.x86.Tuning`).
         self.stream_prefetch = stream_prefetch
@@ -102,6 +108,11 @@ class Ctx:
         #: Heap workspaces (C type, name, bytes): the function's, then one list per
         #: enclosing parallel loop. See `add_workspace`.
         self.workspaces: list[list[tuple[str, str, int]]] = [[]]
+        #: Names the code at this point may use, outermost first, with their parameter
+        #: declarations: the kernel's pointers, enclosing memory buffers, loop variables.
+        self.scope: list[tuple[str, str]] = []
+        #: Outlined parallel-loop bodies (`outline`), C definitions in emission order.
+        self.functions: list[str] = []
 
     # -- output ----------------------------------------------------------------------------
 
@@ -192,6 +203,36 @@ class Ctx:
         pro = [line for n in names for line in SETUPS[n][1]]
         epi = [line for n in reversed(names) for line in SETUPS[n][2]]
         return pro, epi
+
+    def outline(self, start: int, depth: int) -> str:
+        """Move the lines from `start` on (written at `depth`) into a static function of
+        the names they use from `scope`; returns the call that replaces them.
+
+        A parallel loop's body must be its own function: inside the function OpenMP
+        outlines, the kernel's `restrict` pointers arrive through a shared struct and
+        lose their no-alias promise, so the compiler reloads and reorders less. avx2
+        512^3 with 2 threads (zen3, the same C otherwise, 3 x 5 runs of 200 calls):
+        gcc 12 114-140 GF/s inline vs 136-154 outlined; clang 61-98 vs 115-147.
+        """
+        body = self.lines[start:]
+        del self.lines[start:]
+        indent = "    " * depth
+        if any(x and not x.startswith(indent) for x in body):
+            raise CodegenError("parallel loop body is not nested in its loop")
+        text = "\n".join(body)
+        used = [(decl, name) for decl, name in self.scope if re.search(rf"\b{name}\b", text)]
+        fn = f"{self.fn_name}_par{len(self.functions)}"
+        params = ", ".join(decl for decl, _ in used) or "void"
+        self.functions.append(
+            "\n".join(
+                [
+                    f"static void {fn}({params}) {{",
+                    *("    " + x[len(indent) :] if x else "" for x in body),
+                    "}",
+                ]
+            )
+        )
+        return f"{fn}({', '.join(name for _, name in used)});"
 
     # -- types -----------------------------------------------------------------------------
 

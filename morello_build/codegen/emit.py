@@ -158,6 +158,7 @@ class _Emitter:
             ctx.amap.extent[var[d]] = steps[d]
             i = var[d]
             ctx.open(f"for (int i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
+            ctx.scope.append((f"int i{i}", f"i{i}"))
         innermost = len(ctx.lines) - 1
         snap = ctx.snapshot()
         threaded = node.parallel and bool(real)
@@ -171,6 +172,8 @@ class _Emitter:
             ctx.lines[body_start:body_start] = ["    " * body_depth + x for x in pro]
             for x in epi:
                 ctx.line(x)
+            ctx.line(ctx.outline(body_start, body_depth))
+        del ctx.scope[len(ctx.scope) - len(real) :]
         open_loops = len(real)
         nests_loops = any(x.lstrip().startswith("for (") for x in ctx.lines[innermost + 1 :])
         if (
@@ -216,8 +219,10 @@ class _Emitter:
             return
         ctx.amap.extent[v] = full
         ctx.open(f"for (int i{v} = 0; i{v} < {full}; i{v}++) {{")
+        ctx.scope.append((f"int i{v}", f"i{v}"))
         for u in range(K_UNROLL):
             body(tuple(x.substitute(v, K_UNROLL, u) for x in views))
+        ctx.scope.pop()
         ctx.close()
 
     @staticmethod
@@ -293,6 +298,7 @@ class _Emitter:
                 ctx.line(f"{ctype} {buf.name}[{count}] __attribute__((aligned(64)));")
             else:
                 ctx.add_workspace(ctype, buf.name, -(-nbytes // 64) * 64)
+            ctx.scope.append((f"{ctype} *restrict {buf.name}", buf.name))
         new = View(buf, tuple(Affine(0) for _ in t.shape), t.shape)
         idx = 0
         if node.has_prologue:
@@ -302,6 +308,8 @@ class _Emitter:
         self.node(node.children[idx], body_views)
         if node.has_epilogue:
             self.node(node.children[idx + 1], (new, old))
+        if buf.kind == MEM:
+            ctx.scope.pop()
         ctx.close()
 
 
@@ -380,7 +388,8 @@ def generate_c(
         raise CodegenError(f"unknown tune {tune!r}; expected one of {', '.join(TUNINGS)}")
     spec = impl.spec
     abi = kernel_abi(spec, name, target_isa)
-    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch)
+    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch, name)
+    ctx.scope = [(o.c_param(), o.name) for o in abi.operands]
     params = tuple(
         Buffer(o.name, t.dtype, t.shape, t.layout, MEM if t.level is not Level.RF else RF)
         for o, t in zip(abi.operands, spec.operands)
@@ -406,6 +415,8 @@ def generate_c(
         out += [*typedefs, ""]
     for h in sorted(ctx.helpers):
         out.append(HELPERS[h])
+    for fn in ctx.functions:
+        out += [fn, ""]
     # Cache-line aligned entry: an 8x8x8 kernel (one ~900-byte block of straight-line code)
     # measured 9.4-9.7 ns per call aligned against 10.1 ns at gcc's default 16 bytes.
     out.append("__attribute__((aligned(64)))")
