@@ -129,9 +129,12 @@ def test_parallel_loops_configure_tiles_per_thread():
     s = _hand_schedule(64, 64, 64, threads=2)
     kernel = generate_c(s.impl, "mm_amx_par", "amx")
     src = kernel.c_source
-    assert "#pragma omp parallel for" in src
-    body = src[src.index("#pragma omp parallel for") :]
+    # Each thread runs the outlined parallel-loop body, which configures its own tiles.
+    body = src[src.index("static void mm_amx_par_par0(") : src.index("void mm_amx_par(")]
     assert "_tile_loadconfig(mb_amx_cfg);" in body and "_tile_release();" in body
+    kernel_fn = src[src.index("void mm_amx_par(") :]
+    assert "#pragma omp parallel for" in kernel_fn and "mm_amx_par_par0(" in kernel_fn
+    assert "_tile_loadconfig" not in kernel_fn
     _needs_amx()
     for cc in COMPILERS:
         _verify(kernel, cc)

@@ -3,7 +3,9 @@
 The walk carries one `View` per operand of the node being emitted (see `views.py`):
 - Loop: real ``for`` loops over spec dims that index only memory; dims that would index
   register buffers are unrolled (so registers are named by constants); ragged remainders
-  run once after the nest as boundary bodies at constant offsets.
+  run once after the nest as boundary bodies at constant offsets. A parallel loop is
+  ``#pragma omp parallel for`` around a call of its body, emitted as a static function of
+  the pointers and loop variables it uses (`Ctx.outline`).
 - Alloc: a cache view changes nothing; otherwise a new buffer (scalar locals, vector
   locals, a 64-byte-aligned stack array, or a ``posix_memalign`` workspace allocated once
   per call or per parallel-loop body, see `Ctx.add_workspace`) filled by the prologue Move
