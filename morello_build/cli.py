@@ -220,6 +220,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threads=args.threads,
         min_time=args.min_time,
         peer_isa=args.peer_isa,
+        compiler=args.cc,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -313,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
         " OPENBLAS_CORETYPE=Haswell, a -march=haswell loop nest; an avx512 kernel on an AMX"
         " host meets MKL without AMX, AVX512_E3); host: let them use everything this machine"
         " has [default: kernel]",
+    )
+    b.add_argument(
+        "--cc",
+        choices=("gcc", "clang"),
+        help="compiler for the kernel and the harness [default: $CC, else gcc]",
     )
     b.set_defaults(func=cmd_bench)
 

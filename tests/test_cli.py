@@ -1,6 +1,7 @@
 """The command line: clear one-line errors, JSON output, the shorthand."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -69,6 +70,22 @@ def test_synth_json_document():
             yield from kinds(c)
 
     assert ("kernel", "BroadcastVecMultAdd") in set(kinds(doc["impl"]))
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="no clang")
+def test_bench_compiler_choice():
+    """`bench --cc clang` builds the kernel and harness with clang (the harness first checks
+    the kernel's output against numpy), and the report names the compiler."""
+    r = morello(
+        "bench", "matmul", "8x8x8", "--target", "avx2", "--no-cache", "-q",
+        "--peers", "naive", "--min-time", "0.05", "--json", "--cc", "clang",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["compiler"] == "clang"
+    assert {x["name"] for x in doc["results"]} >= {"morello-build", "naive"}
+    bad = morello("bench", "matmul", "8x8x8", "--cc", "icc")
+    assert bad.returncode == 2 and "invalid choice: 'icc'" in bad.stderr
 
 
 def test_shorthand_quoted_as_one_word():

@@ -212,7 +212,7 @@ class Ctx:
         outlines, the kernel's `restrict` pointers arrive through a shared struct and
         lose their no-alias promise, so the compiler reloads and reorders less. avx2
         512^3 with 2 threads (zen3, the same C otherwise, 3 x 5 runs of 200 calls):
-        gcc 12 114-140 GF/s inline vs 136-154 outlined; clang 61-98 vs 115-147.
+        gcc 12 118-140 GF/s inline vs 136-154 outlined; clang 14 61-98 vs 115-147.
         """
         body = self.lines[start:]
         del self.lines[start:]
