@@ -359,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "threads", 1) < 1:
         print("morello: error: --threads must be at least 1", file=sys.stderr)
         return 2
+    if not getattr(args, "min_time", 1.0) > 0:  # also rejects nan
+        print("morello: error: --min-time must be a positive number of seconds", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args))
     except MorelloError as exc:

@@ -39,6 +39,8 @@ def morello(*args, env=None):
         (["synth", "Matmul(4x4x4"], "malformed spec"),
         (["synth", "Conv(4x4x4)"], "unknown spec kind 'Conv'"),
         (["synth", "matmul", "8x8x8", "--target", "avx9"], "unknown target 'avx9'"),
+        (["bench", "matmul", "8x8x8", "--min-time", "-1"], "--min-time must be a positive"),
+        (["bench", "matmul", "8x8x8", "--min-time", "nan"], "--min-time must be a positive"),
         (["synth", "Matmul(8x8x8, f32:GL:row, f32:GL:row, s32:GL:row)"], "unsupported dtypes"),
         (
             ["synth", "Zero(16, f32:VRF:row:16)", "--target", "avx2"],
