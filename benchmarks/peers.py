@@ -16,6 +16,8 @@ default), as on the machines such kernels are for.
 With ``--repeats N``, a row whose ratio is below ``--repeat-below`` (1.02) is benchmarked N
 more times (synthesis warm) and the table shows the range of those ratios: the VM moves a
 single ratio by a few percent, which decides a verdict near 1.00x.
+A threaded row with a one-thread row of the same target and shape also gets a scaling line
+(each threaded implementation's GF/s over its one-core GF/s).
 Results are merged into ``--results`` (JSON) keyed by
 (target, shape), so the table can be built piecewise; the table and the plot always show
 everything in that file.
@@ -375,6 +377,33 @@ def table(results: dict[str, dict[str, object]], peaks: dict[str, float]) -> str
     return "\n".join(lines)
 
 
+def scaling_lines(results: dict[str, dict[str, object]]) -> list[str]:
+    """For each threaded row with a one-thread row of the same target, dtype and shape:
+    each threaded implementation's GF/s at T threads over its GF/s on one core."""
+    one: dict[tuple[str, str, tuple[int, int, int]], dict[str, object]] = {}
+    for k, doc in results.items():
+        target, shape = k.split("/", 1)
+        dtype, dims, threads = parse_shape(shape)
+        if threads == 1:
+            one[(target, dtype, dims)] = doc
+    lines = []
+    for k in sorted(results, key=_order):
+        target, shape = k.split("/", 1)
+        dtype, dims, threads = parse_shape(shape)
+        base = one.get((target, dtype, dims))
+        if threads == 1 or base is None:
+            continue
+        cells = []
+        for name in (MORELLO, *(p for p in PEERS if p != "naive")):  # naive: one thread
+            hi, lo = _gf(results[k], name), _gf(base, name)
+            if hi and lo:
+                cells.append(f"{name} {hi / lo:.2f}x")
+        if cells:
+            shape_text = "x".join(map(str, dims))
+            lines.append(f"{target} {shape_text} {dtype}, {threads} threads: " + ", ".join(cells))
+    return lines
+
+
 def _repeats_cell(ratios: object) -> str:
     """`0.978-0.981x (3)` for a row benchmarked again (`--repeats`), else `-`."""
     if not isinstance(ratios, list):
@@ -570,6 +599,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(table(results, peaks))
+    scaling = scaling_lines(results)
+    if scaling:
+        print(
+            "\nThread scaling (GF/s over the one-thread row's GF/s; the two rows ran apart, so"
+            " machine drift between them counts):"
+        )
+        print("\n".join(f"- {x}" for x in scaling))
     limits = sorted(
         {(k.split("/", 1)[0], str(v.get("peer_limit") or "")) for k, v in results.items()}
     )

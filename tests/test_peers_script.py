@@ -135,3 +135,23 @@ def test_default_targets_are_those_the_host_runs(
     row = next(x for x in out.splitlines() if x.startswith("| avx512 | 64x64x64 |"))
     assert "| 80% |" in row  # 200 GF/s against the stored 250
     assert "| avx2 | 8x8x8 | f32 | 1 | error: not timed in this test |" in out
+
+
+def test_thread_scaling_pairs_each_threaded_row_with_its_one_thread_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mod = _peers_module(monkeypatch, ("avx2",))
+
+    def row(**gf: float) -> dict[str, object]:
+        return {"results": [{"name": n.replace("_", "-"), "gflops": g} for n, g in gf.items()]}
+
+    results = {
+        "avx2/512": row(morello_build=80.0, openblas=90.0, mkl=88.0, naive=30.0),
+        "avx2/512@2": row(morello_build=144.0, openblas=171.0, mkl=176.0, naive=30.0),
+        "avx2/256@2": row(morello_build=150.0, openblas=140.0),  # no one-thread row
+        "avx2-zen3/512@2": row(morello_build=150.0),  # another tuning: no pair either
+    }
+    lines = mod.scaling_lines(results)  # type: ignore[attr-defined]
+    assert lines == [
+        "avx2 512x512x512 f32, 2 threads: morello-build 1.80x, openblas 1.90x, mkl 2.00x"
+    ]
