@@ -380,22 +380,19 @@ def table(results: dict[str, dict[str, object]], peaks: dict[str, float]) -> str
 def scaling_lines(results: dict[str, dict[str, object]]) -> list[str]:
     """For each threaded row with a one-thread row of the same target, dtype and shape:
     each threaded implementation's GF/s at T threads over its GF/s on one core."""
-    one: dict[tuple[str, str, tuple[int, int, int]], dict[str, object]] = {}
-    for k, doc in results.items():
-        target, shape = k.split("/", 1)
-        dtype, dims, threads = parse_shape(shape)
-        if threads == 1:
-            one[(target, dtype, dims)] = doc
-    lines = []
+    rows = []
     for k in sorted(results, key=_order):
         target, shape = k.split("/", 1)
-        dtype, dims, threads = parse_shape(shape)
+        rows.append((target, *parse_shape(shape), results[k]))
+    one = {(target, dtype, dims): doc for target, dtype, dims, thr, doc in rows if thr == 1}
+    lines = []
+    for target, dtype, dims, threads, doc in rows:
         base = one.get((target, dtype, dims))
         if threads == 1 or base is None:
             continue
         cells = []
         for name in (MORELLO, *(p for p in PEERS if p != "naive")):  # naive: one thread
-            hi, lo = _gf(results[k], name), _gf(base, name)
+            hi, lo = _gf(doc, name), _gf(base, name)
             if hi and lo:
                 cells.append(f"{name} {hi / lo:.2f}x")
         if cells:

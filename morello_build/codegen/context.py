@@ -83,7 +83,12 @@ class Ctx:
     """Lines being written plus what they need (typedefs, helpers, includes)."""
 
     def __init__(
-        self, isa: str, annotate: bool, stream_prefetch: bool = True, fn_name: str = "kernel"
+        self,
+        isa: str,
+        annotate: bool,
+        stream_prefetch: bool = True,
+        fn_name: str = "kernel",
+        params: tuple[tuple[str, str], ...] = (),
     ) -> None:
         if isa not in F32_LANES:
             raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(F32_LANES)}")
@@ -109,8 +114,9 @@ class Ctx:
         #: enclosing parallel loop. See `add_workspace`.
         self.workspaces: list[list[tuple[str, str, int]]] = [[]]
         #: Names the code at this point may use, outermost first, with their parameter
-        #: declarations: the kernel's pointers, enclosing memory buffers, loop variables.
-        self.scope: list[tuple[str, str]] = []
+        #: declarations: the kernel's pointers (`params`), enclosing memory buffers, loop
+        #: variables.
+        self.scope: list[tuple[str, str]] = list(params)
         #: Outlined parallel-loop bodies (`outline`), C definitions in emission order.
         self.functions: list[str] = []
 

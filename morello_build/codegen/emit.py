@@ -390,8 +390,8 @@ def generate_c(
         raise CodegenError(f"unknown tune {tune!r}; expected one of {', '.join(TUNINGS)}")
     spec = impl.spec
     abi = kernel_abi(spec, name, target_isa)
-    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch, name)
-    ctx.scope = [(o.c_param(), o.name) for o in abi.operands]
+    pointers = tuple((o.c_param(), o.name) for o in abi.operands)
+    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch, name, pointers)
     params = tuple(
         Buffer(o.name, t.dtype, t.shape, t.layout, MEM if t.level is not Level.RF else RF)
         for o, t in zip(abi.operands, spec.operands)
