@@ -40,6 +40,8 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
 
 from __future__ import annotations
 
+import functools
+
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action, Plan
 from morello_build.actions.move import Move
@@ -85,7 +87,7 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
         for a in enumerate_actions(spec, target):
             p = a.plan(spec, target)
             if p is not None:
-                out.append((a, p._replace(children=tuple(intern(c) for c in p.children))))
+                out.append((a, Plan(tuple(map(intern, p.children)), p.coefs, p.const, p.own)))
         found = (spec, tuple(out))
         cache[id(spec)] = found
     return found[1]
@@ -176,10 +178,16 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if dp_tiles:
             splits = [s for s in splits if s >= DPBF16_MIN_K]
         acts.extend(Split(s) for s in splits)
-    acts.extend(Select(k.name) for k in kernels_for(spec.kind))
+    acts.extend(_selects(spec.kind))
     if spec.kind == MATMUL and not spec.accum:
         acts.append(ToAccum())
     return acts
+
+
+@functools.cache
+def _selects(kind: str) -> tuple[Select, ...]:
+    """One Select per kernel of `kind`, made once (actions are immutable values)."""
+    return tuple(Select(k.name) for k in kernels_for(kind))
 
 
 def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from morello_build.actions.base import Plan
 from morello_build.imp.nodes import Impl, Loop
 from morello_build.ir.limits import ZERO
-from morello_build.ir.spec import MATMUL, LogicalSpec, canonical
+from morello_build.ir.spec import MATMUL, LogicalSpec, canonical, operand_shapes
 from morello_build.ir.tensorspec import tile_tensor
 from morello_build.target.x86 import Target
 
@@ -22,8 +22,8 @@ from morello_build.target.x86 import Target
 def shrink(spec: LogicalSpec, shape: tuple[int, ...], serial: bool) -> LogicalSpec | None:
     """`spec` restricted to a `shape`-sized region (None if a layout cannot express it)."""
     ops = []
-    for o, dm in zip(spec.operands, spec.dim_maps()):
-        t = tile_tensor(o, tuple(shape[d] for d in dm))
+    for o, sub in zip(spec.operands, operand_shapes(spec.kind, shape)):
+        t = tile_tensor(o, sub)
         if t is None:
             return None
         ops.append(t)
@@ -34,11 +34,13 @@ def register_aligned(spec: LogicalSpec, tile: tuple[int, ...]) -> bool:
     """Every tile of a padded register tensor starts on a register: its rows are tiled
     whole or in whole registers, so a loop's remainder is the rows' last registers."""
     for o, dims in zip(spec.operands, spec.dim_maps()):
-        axis = o.padded_axis
-        if axis is not None and o.vector_size:
-            width = tile[dims[axis]]
-            if width != o.shape[axis] and width % o.vector_size:
-                return False
+        vs = o.vector_size
+        if vs:
+            axis = o.padded_axis
+            if axis is not None:
+                width = tile[dims[axis]]
+                if width != o.shape[axis] and width % vs:
+                    return False
     return True
 
 

@@ -55,7 +55,7 @@ class LogicalSpec(NamedTuple):
         return dim_maps(self.kind, len(self.shape))
 
     def operand_shapes(self, spec_shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(spec_shape[d] for d in m) for m in self.dim_maps())
+        return operand_shapes(self.kind, spec_shape)
 
     def flops(self) -> int:
         return 2 * self.volume if self.kind == MATMUL else 0
@@ -114,6 +114,15 @@ def dim_maps(kind: str, rank: int) -> tuple[tuple[int, ...], ...]:
             found = (ident,)
         _DIM_MAPS[key] = found
     return found
+
+
+def operand_shapes(kind: str, spec_shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each operand's shape for a `kind` Spec of `spec_shape` (a Matmul's written out:
+    the search asks this for every tile it considers)."""
+    if kind == MATMUL:
+        b, m, k, n = spec_shape
+        return ((b, m, k), (b, k, n), (b, m, n))
+    return tuple(tuple(spec_shape[d] for d in dm) for dm in dim_maps(kind, len(spec_shape)))
 
 
 def canonical(

@@ -20,7 +20,8 @@ from morello_build.ir.spec import LogicalSpec
 from morello_build.memo.coords import limit_from_coord, locate, memory_coords
 from morello_build.memo.store import CacheStore
 from morello_build.memo.value import UNSAT, MemoValue, Unsat
-from morello_build.search.memo import DictMemo, Hit, Result, Solution
+from morello_build.search.dp import gc_paused
+from morello_build.search.memo import Box, DictMemo, Hit, Result, Solution, find_box
 
 #: Bump by hand on any semantic change; the source hash below catches the rest.
 SCHEMA_VERSION = 1
@@ -80,27 +81,16 @@ class PersistentMemo(DictMemo):
         return found[1], found[2]
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
-        # DictMemo.get, inlined: this is the DP's hottest call. A Spec has an entry
-        # exactly when it was seeded from the table.
+        # A Spec has an entry exactly when it was seeded from the table.
         entry = self._boxes.get(id(spec))
         if entry is None or entry[0] is not spec:
             entry = self._seed(spec)
-        r0, r1, r2, r3, r4 = limits
-        for lo, hi, hit in entry[1]:
-            if (
-                lo[0] <= r0 <= hi[0]
-                and lo[1] <= r1 <= hi[1]
-                and lo[2] <= r2 <= hi[2]
-                and lo[3] <= r3 <= hi[3]
-                and lo[4] <= r4 <= hi[4]
-            ):
-                return hit
-        return None
+        return find_box(entry[1], limits)
 
-    def _seed(self, spec: LogicalSpec) -> tuple[LogicalSpec, list[tuple[Limits, Limits, Hit]]]:
+    def _seed(self, spec: LogicalSpec) -> tuple[LogicalSpec, list[Box]]:
         """Copy everything the table knows about `spec`, at every memory limit, into the
         in-memory boxes (an empty list when it knows nothing); return the entry."""
-        entry: tuple[LogicalSpec, list[tuple[Limits, Limits, Hit]]] = (spec, [])
+        entry: tuple[LogicalSpec, list[Box]] = (spec, [])
         self._boxes[id(spec)] = entry
         key, pt = self._locate(spec)
         for lo_c, hi_c, value in self.store.table.slice_at(key, pt):
@@ -163,8 +153,10 @@ class PersistentMemo(DictMemo):
             self.store.put_many(key, fills)
 
     def flush(self) -> int:
-        self.sync()
-        return self.store.flush()
+        # Merging builds as many short-lived tuples as the search did (see `gc_paused`).
+        with gc_paused():
+            self.sync()
+            return self.store.flush()
 
     @property
     def enabled(self) -> bool:

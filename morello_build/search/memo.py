@@ -37,6 +37,36 @@ class Memo(Protocol):
         """Store `result`, valid on [result peaks (or 0 if unsat), hi]."""
 
 
+Box = tuple[Limits, Limits, Hit]  # (lo, hi, the answer on [lo, hi])
+
+
+def find_box(boxes: list[Box], limits: Limits) -> Hit | None:
+    """The answer of the first box in `boxes` that contains `limits`.
+
+    A found box is swapped to the front: most lookups repeat one a little earlier (the
+    same child at the same budget under another parent), so the next one stops at the first
+    box. Boxes that overlap hold the same answer (each is the optimum at every point
+    inside it), so the order changes only which box's `hi` is returned, not the result.
+    avx2 bf16 32x64x64 looks up 4.5M times, a Spec has 5.6 boxes on average: a hit
+    scanned 5.4 boxes before the swap.
+    """
+    r0, r1, r2, r3, r4 = limits
+    for i, box in enumerate(boxes):
+        lo, hi, hit = box
+        if (
+            lo[0] <= r0 <= hi[0]
+            and lo[1] <= r1 <= hi[1]
+            and lo[2] <= r2 <= hi[2]
+            and lo[3] <= r3 <= hi[3]
+            and lo[4] <= r4 <= hi[4]
+        ):
+            if i:
+                boxes[i] = boxes[0]
+                boxes[0] = box
+            return hit
+    return None
+
+
 class DictMemo:
     """In-memory memo: per logical Spec, a list of (low limits, high limits, hit) boxes.
 
@@ -45,22 +75,13 @@ class DictMemo:
     """
 
     def __init__(self) -> None:
-        self._boxes: dict[int, tuple[LogicalSpec, list[tuple[Limits, Limits, Hit]]]] = {}
+        self._boxes: dict[int, tuple[LogicalSpec, list[Box]]] = {}
         self.puts = 0
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
         entry = self._boxes.get(id(spec))
         if entry is not None and entry[0] is spec:
-            r0, r1, r2, r3, r4 = limits
-            for lo, hi, hit in entry[1]:
-                if (
-                    lo[0] <= r0 <= hi[0]
-                    and lo[1] <= r1 <= hi[1]
-                    and lo[2] <= r2 <= hi[2]
-                    and lo[3] <= r3 <= hi[3]
-                    and lo[4] <= r4 <= hi[4]
-                ):
-                    return hit
+            return find_box(entry[1], limits)
         return None
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
