@@ -1,5 +1,5 @@
 """`python -m morello_build ...` is the same as the `morello` command."""
 
-from morello_build.cli import main
+from morello_build.cli import entry_point
 
-raise SystemExit(main())
+raise SystemExit(entry_point())

@@ -340,6 +340,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def entry_point() -> int:
+    """The `morello` command and `python -m morello_build`: `main` in a process that ends
+    right after it."""
+    code = main()
+    from morello_build.search.dp import freeze_for_exit
+
+    freeze_for_exit()
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "generate":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from morello_build.build.generate import cmake_dir_main, generate_main
+from morello_build.search.dp import freeze_for_exit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,4 +23,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    freeze_for_exit()
+    raise SystemExit(code)

@@ -3,8 +3,10 @@
 The optimum of a Spec is the cheapest applicable action given the optima of the Specs
 it leaves behind (its Plan's children). Costs compare as (main, peaks, depth); ties go to
 the lowest action index, so results are deterministic. Every rewrite makes some
-coordinate smaller (shape, level, limits, accum), so the recursion terminates; it runs
-in a thread with a large stack so deep chains do not hit Python's recursion limit.
+coordinate smaller (shape, level, limits, accum), so the search terminates. Pending
+Specs wait on an explicit stack (`Search._run`), not in Python recursion, so chains of
+any depth fit; rebuilding the chosen tree recurses once per node, in a thread with a
+large stack (`run_deep`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import gc
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -34,7 +36,7 @@ from morello_build.target.x86 import Target
 
 Progress = Callable[[int, float], None]
 
-# `_solve_miss` is written out per level for this order: two register levels, then three
+# `_solve_steps` is written out per level for this order: two register levels, then three
 # memory levels.
 assert REGISTER_LEVELS == (True, True, False, False, False)
 
@@ -70,21 +72,45 @@ class Search:
     # -- solving -------------------------------------------------------------------------
 
     def solve(self, spec: Spec) -> Result:
-        ls = intern(spec.logical)
         with gc_paused():
-            hit = run_deep(lambda: self._solve(ls, spec.limits))
-        assert isinstance(hit, Hit)
-        return hit.result
+            return self._solve(intern(spec.logical), spec.limits).result
 
     def _solve(self, ls: LogicalSpec, limits: Limits) -> Hit:
         hit = self.memo.get(ls, limits)
         if hit is not None:
             self.stats.hits += 1
             return hit
-        return self._solve_miss(ls, limits)
+        return self._run(ls, limits)
 
-    def _solve_miss(self, ls: LogicalSpec, limits: Limits) -> Hit:
-        """Solve `ls` at `limits` (a memo miss) and store the answer's box.
+    def _run(self, ls: LogicalSpec, limits: Limits) -> Hit:
+        """Solve a memo miss without recursing: each pending Spec is a `_solve_steps`
+        generator on an explicit stack, which a child miss pushes onto.
+
+        Recursion was the obvious form, but CPython 3.11+ keeps Python frames in 16 KiB
+        chunks that it maps and unmaps as the call depth crosses a chunk's edge, and the
+        DP's depth goes up and down across such edges all the time: avx2 f32 32^3 made
+        115k mmap/munmap pairs, 14% of its run time in the kernel. A generator's frame
+        lives in the generator object instead.
+        """
+        stack = [self._solve_steps(ls, limits)]
+        sent: Hit | None = None
+        while True:
+            try:
+                child, child_limits = stack[-1].send(sent)
+            except StopIteration as done:
+                stack.pop()
+                if not stack:
+                    return done.value
+                sent = done.value
+                continue
+            stack.append(self._solve_steps(child, child_limits))
+            sent = None
+
+    def _solve_steps(
+        self, ls: LogicalSpec, limits: Limits
+    ) -> Generator[tuple[LogicalSpec, Limits], Hit | None, Hit]:
+        """Solve `ls` at `limits` (a memo miss) and store the answer's box. Yields each
+        child Spec and budget the memo cannot answer; `_run` sends back its answer.
 
         This loop runs once per Spec the search visits and looks up every child of every
         applicable plan (about 17 lookups per solve on the table's shapes), so it is
@@ -93,7 +119,6 @@ class Search:
         """
         memo_get = self.memo.get
         stats = self.stats
-        solve_miss = self._solve_miss
         best: Solution | None = None
         best_cost: Cost | None = None
         # `hi`: how far each limit may grow before the answer could change (see memo.py).
@@ -139,7 +164,8 @@ class Search:
                 for child, coef in zip(children, plan.coefs):
                     hit = memo_get(child, child_limits)
                     if hit is None:
-                        hit = solve_miss(child, child_limits)
+                        hit = yield child, child_limits
+                        assert hit is not None
                     else:
                         stats.hits += 1
                     r, chi = hit
@@ -239,19 +265,34 @@ def gc_paused() -> Iterator[None]:
     cycles, so collecting finds nothing (same peak RSS with the collector off: 481 MB for
     avx2 bf16 32x64x64); with it off that search ran in 62.5 s instead of 75.9 s, and
     f32 64^3 in 20.2 s instead of 26.5 s (both runs at once, one per core).
+
+    On the way out every object the collector tracks moves to its oldest generation
+    (`gc.freeze` then `gc.unfreeze`): left in the youngest, the first allocation after
+    the search would walk them all at once (2.4 s inside the code generator after
+    avx2 bf16 32x64x64).
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
+        gc.unfreeze()
         if was_enabled:
             gc.enable()
 
 
+def freeze_for_exit() -> None:
+    """For command-line entry points, as the process ends: exempt every live object from
+    the full collection Python runs at exit. After a search that collection walks millions
+    of objects (7.4 s after avx2 bf16 32x64x64; 0.2 s frozen). Frozen objects are still
+    freed by reference counting."""
+    gc.freeze()
+
+
 def _memory_bound(own: int, child_hi: int) -> int:
     """The largest budget X at which a child given prev_pow2(X - own) still gets at most
-    `child_hi` (see `_solve_miss`); an own of 0 passes the budget through unchanged."""
+    `child_hi` (see `_solve_steps`); an own of 0 passes the budget through unchanged."""
     if own == 0:
         return child_hi
     return own + 2 * prev_pow2(child_hi) - 1 if child_hi else own
