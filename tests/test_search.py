@@ -1,5 +1,6 @@
 """The DP: optimality against brute force, cost consistency, and plan shapes."""
 
+import gc
 import itertools
 
 import pytest
@@ -147,3 +148,25 @@ def test_same_level_copies_are_charged_once() -> None:
     vplan = view.plan(spec, t)
     assert vplan is not None
     assert vplan.const == t.move_cost(b) + t.move_cost(b._replace(level=Level.L1)) > 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_search_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
+    """The search pauses the cyclic collector while it runs (`gc_paused`); a host
+    program's setting must come back unchanged, whatever it was."""
+    target = get_target("avx2")
+    text = "Matmul(1x8x8x8, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
+    spec = Spec(parse_spec(text), target.max_limits)
+    was = gc.isenabled()
+    try:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+        assert Search(target).reconstruct(spec) is not None
+        assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
