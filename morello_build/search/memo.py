@@ -43,12 +43,12 @@ Box = tuple[Limits, Limits, Hit]  # (lo, hi, the answer on [lo, hi])
 def find_box(boxes: list[Box], limits: Limits) -> Hit | None:
     """The answer of the first box in `boxes` that contains `limits`.
 
-    A found box is swapped to the front: most lookups repeat one a little earlier (the
-    same child at the same budget under another parent), so the next one stops at the first
+    A found box is swapped to the front: most lookups repeat an earlier one (the same
+    child at the same budget under another parent), and a repeat then stops at the first
     box. Boxes that overlap hold the same answer (each is the optimum at every point
     inside it), so the order changes only which box's `hi` is returned, not the result.
-    avx2 bf16 32x64x64 looks up 4.5M times, a Spec has 5.6 boxes on average: a hit
-    scanned 5.4 boxes before the swap.
+    avx2 bf16 32x64x64 before the swap: 4.77M lookups of 0.92M distinct (Spec, limits),
+    5.6 boxes per Spec, and a hit scanned 5.4 boxes.
     """
     r0, r1, r2, r3, r4 = limits
     for i, box in enumerate(boxes):
