@@ -79,9 +79,13 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
 
     Plan children are interned, so the search can key its tables by identity.
     """
-    spec = intern(spec)
     cache = plans_cache(target)
     found = cache.get(id(spec))
+    if found is None or found[0] is not spec:
+        # Not the interned instance (the search always passes that one, so it skips the
+        # nested hash `intern` costs on every memo miss).
+        spec = intern(spec)
+        found = cache.get(id(spec))
     if found is None:
         out = []
         for a in enumerate_actions(spec, target):
