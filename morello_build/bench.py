@@ -75,7 +75,13 @@ ALL_PEERS: tuple[str, ...] = ("openblas", "mkl", "mkl-jit", "naive")
 #: Timed in the same harness, it meets the same cache state as the kernel (a peer that
 #: evicts B from L3 between samples slows both alike). Never the "best peer".
 STREAM_READ = "stream-read"
-REFERENCES: tuple[str, ...] = (STREAM_READ,)
+#: The other reference: independent register FMAs of the kernel's ISA (the widest vectors
+#: its flags allow) on `threads` threads, i.e. the compute peak, timed round-robin with the
+#: kernel. A peak measured once, apart from the kernels, drifts with a VM's clock: on the
+#: Zen 3 VM a separate best-of-7 read 88 GF/s in a run whose 64^3 kernel ran 94.6 GF/s.
+#: Its GFLOP/s count its own FMAs, not the kernel's flops.
+FMA_PEAK = "fma-peak"
+REFERENCES: tuple[str, ...] = (STREAM_READ, FMA_PEAK)
 MORELLO = "morello-build"
 SAMPLE_SECONDS = 0.015  # one timed sample lasts about this long
 MIN_SAMPLES = 5
@@ -195,7 +201,25 @@ class BenchReport:
             lines.append(f"morello-build / best peer ({self.best_peer}): {self.ratio:.3f}x")
         else:
             lines.append("no peer could be timed")
+        for name, what in _REFERENCE_LINES.items():
+            share = self.share_of(name)
+            if share is not None:
+                lines.append(f"morello-build / {name}: {share:.0%} of {what}")
         return "\n".join(lines)
+
+    def share_of(self, reference: str) -> float | None:
+        """The kernel's GFLOP/s over a timed reference's (`FMA_PEAK`: the fraction of the
+        compute peak; `STREAM_READ`: of the bandwidth bound), or None if it was not timed."""
+        mine = self.results[0]
+        try:
+            ref = self.result(reference)
+        except KeyError:
+            return None
+        if ref.skipped is not None or mine.skipped is not None:
+            return None
+        if reference == STREAM_READ:  # same bytes of B per call: a ratio of times
+            return ref.seconds / mine.seconds
+        return mine.gflops / ref.gflops
 
 
 # --------------------------------------------------------------------------- layouts
@@ -389,6 +413,59 @@ float morello_bench_stream(const void *buf, long bytes) {
 """
 
 
+#: What `format_table` calls each reference when it prints the kernel's share of it.
+_REFERENCE_LINES = {
+    FMA_PEAK: "the register FMA peak timed beside it",
+    STREAM_READ: "the speed of a streaming read of B",
+}
+
+#: Register FMAs per loop iteration and f32 lanes, by the vectors the kernel's flags allow:
+#: enough independent accumulators to cover FMA latency x FMA units (24 zmm: Xeon 4 cycles
+#: x 2 units; 12 ymm: Zen 3 4 x 2 with room to spare).
+_FMA_SHAPE = {"avx512": (24, 16), "amx": (24, 16), "avx2": (12, 8)}
+#: Fewest loop iterations per call of the FMA reference (per thread): ~25k cycles, so a
+#: call's overhead (and a parallel region's start) stays small beside it for tiny kernels.
+_FMA_MIN_ITERS = 4096
+
+
+def _fma_source(isa: str) -> str:
+    """C of the FMA reference for `isa`: each call runs `iters` iterations of independent
+    register FMAs on `threads` threads. The loop is one asm statement that first zeroes its
+    registers, so no compiler choice and no denormal input can change what is timed."""
+    n, lanes = _FMA_SHAPE[isa]
+    reg, a, b, clear = ("zmm", 30, 31, "vpxord") if lanes == 16 else ("ymm", 14, 15, "vxorps")
+    regs = [*range(n), a, b]
+    lines = [f"{clear} %%{reg}{r}, %%{reg}{r}, %%{reg}{r}" for r in regs]
+    lines.append("1:")
+    lines += [f"vfmadd231ps %%{reg}{a}, %%{reg}{b}, %%{reg}{i}" for i in range(n)]
+    lines += ["dec %0", "jnz 1b", "vzeroupper"]
+    asm = "\n".join(f'            "{line}\\n"' for line in lines)
+    clobbers = ", ".join(f'"xmm{r}"' for r in regs)
+    return f"""void morello_bench_fma(long iters, int threads);
+void morello_bench_fma(long iters, int threads) {{
+    (void)threads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    {{
+        long left = iters;
+        __asm__ volatile(
+{asm}
+            : "+r"(left) : : {clobbers}, "cc");
+    }}
+}}
+"""
+
+
+def _fma_iters(isa: str, flops: int, threads: int) -> tuple[int, int]:
+    """(iterations per thread, flops per call) of the FMA reference beside a kernel of
+    `flops`: about the kernel's work, at least `_FMA_MIN_ITERS` iterations."""
+    n, lanes = _FMA_SHAPE[isa]
+    per_iter = n * lanes * 2
+    iters = max(_FMA_MIN_ITERS, -(-flops // (per_iter * threads)))  # >= 1: the asm loop is do-while
+    return iters, iters * per_iter * threads
+
+
 @dataclass(frozen=True)
 class _Impl:
     name: str
@@ -457,6 +534,20 @@ def _plan_peers(
                         "    morello_bench_sink += morello_bench_stream(buf[1], (long)nbytes[1]);",
                         "float morello_bench_stream(const void *, long);\n"
                         "static volatile float morello_bench_sink;",
+                        reference=True,
+                    )
+                )
+            continue
+        if name == FMA_PEAK:
+            if abi.isa not in _FMA_SHAPE:
+                skipped[name] = f"the kernel's ISA ({abi.isa}) has no vector FMA"
+            else:
+                iters, _ = _fma_iters(abi.isa, abi.flops, threads)
+                impls.append(
+                    _Impl(
+                        name,
+                        f"    morello_bench_fma({iters}L, {threads});",
+                        "void morello_bench_fma(long, int);",
                         reference=True,
                     )
                 )
@@ -714,6 +805,7 @@ def _build(
     libs: Sequence[PeerLib],
     thread_setup: str,
     naive_flags: Sequence[str] = ("-march=native",),
+    threads: int = 1,
 ) -> Path:
     abi = kernel.abi
     files = dict(kernel_files(kernel))
@@ -726,8 +818,10 @@ def _build(
         f"void morello_bench_run(void) {{ {abi.name}({_c_call_args(abi, 'morello_bench_buf')}); }}\n"
     )
     files["morello_bench_harness.c"] = _harness_source(abi, impls, thread_setup)
+    if abi.isa in _FMA_SHAPE:
+        files["morello_bench_fma.c"] = _fma_source(abi.isa)
     write_sources(workdir, files)
-    omp = ["-fopenmp"] if "#pragma omp" in kernel.c_source else []
+    omp = ["-fopenmp"] if "#pragma omp" in kernel.c_source or threads > 1 else []
     kflags = ["-O3", "-std=gnu99", *ISA_FLAGS[abi.isa], *omp]
     objects = [
         compile_object(cc, workdir / f"{abi.name}.c", flags=kflags),
@@ -740,6 +834,8 @@ def _build(
         ),
         compile_object(cc, workdir / "morello_bench_harness.c", flags=["-O2", "-std=gnu99"]),
     ]
+    if "morello_bench_fma.c" in files:
+        objects.append(compile_object(cc, workdir / "morello_bench_fma.c", flags=kflags))
     libargs = [a for lib in libs for a in lib.link_args]
     return link(
         cc,
@@ -830,7 +926,7 @@ def bench_kernel(
 
     with tempfile.TemporaryDirectory(prefix="morello-bench-") as tmp:
         workdir = Path(tmp)
-        exe = _build(cc, workdir, kernel, impls, libs, thread_setup, naive_flags)
+        exe = _build(cc, workdir, kernel, impls, libs, thread_setup, naive_flags, threads)
         logical, out = _write_inputs(abi, workdir, seed)
         expected = reference_output(abi, logical)
 
@@ -874,15 +970,14 @@ def bench_kernel(
         elif len(parts) == 3 and parts[0] == "reps":
             reps[parts[1]] = int(parts[2])
 
-    def _gflops(seconds: float) -> float:
-        return abi.flops / seconds / 1e9 if seconds > 0 else math.inf
-
     def timed(name: str) -> ImplResult:
         s = samples[name]
         if not s:
             return ImplResult(name, skipped="harness produced no samples")
+        flops = _fma_iters(abi.isa, abi.flops, threads)[1] if name == FMA_PEAK else abi.flops
         med, best = statistics.median(s), min(s)
-        return ImplResult(name, med, best, _gflops(med), _gflops(best), len(s), reps.get(name, 0))
+        gf_med, gf_best = (flops / t / 1e9 if t > 0 else math.inf for t in (med, best))
+        return ImplResult(name, med, best, gf_med, gf_best, len(s), reps.get(name, 0))
 
     results = [timed(MORELLO)]
     for name in wanted:

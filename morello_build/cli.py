@@ -296,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--peers",
         help="comma-separated subset of naive,openblas,mkl,mkl-jit [default: all four]; add"
         " stream-read to also time a plain streaming read of B (the bandwidth bound of a"
-        " matrix-vector product; never the best peer)",
+        " matrix-vector product), fma-peak to time independent register FMAs of the kernel's"
+        " ISA on its threads (the compute peak); both are timed round-robin with the kernel,"
+        " reported as its share of them, and never the best peer",
     )
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument(

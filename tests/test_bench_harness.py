@@ -126,6 +126,44 @@ def test_stream_read_is_timed_as_a_reference_never_as_the_best_peer() -> None:
     assert "matmul" in (zero.result("stream-read").skipped or "")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fma_peak_is_timed_beside_the_kernel_as_a_reference(threads: int) -> None:
+    """`fma-peak` runs independent register FMAs of the kernel's ISA on the kernel's threads
+    in the same harness: timed with its own flop count, reported as the kernel's share of
+    it, never the best peer; a kernel whose ISA has no vector FMA says so."""
+    k = matmul_kernel(f"bpeak{threads}", 1, 32, 32, 32)
+    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="avx2"))
+    try:
+        rep = bench_kernel(k, peers=["naive", "fma-peak"], min_time=FAST, threads=threads)
+    except IsaUnavailable:
+        pytest.skip("host lacks AVX2")
+    peak = rep.result("fma-peak")
+    assert peak.skipped is None and peak.samples > 0 and peak.seconds > 0
+    assert rep.best_peer == "naive"
+    iters, flops = bench_mod._fma_iters("avx2", k.abi.flops, threads)
+    assert iters >= bench_mod._FMA_MIN_ITERS and flops == iters * 12 * 8 * 2 * threads
+    assert math.isclose(peak.gflops, flops / peak.seconds / 1e9)
+    assert rep.share_of("fma-peak") == pytest.approx(rep.results[0].gflops / peak.gflops)
+    assert rep.share_of("stream-read") is None  # not asked for
+    assert "of the register FMA peak timed beside it" in rep.format_table()
+    assert json.loads(json.dumps(rep.to_json()))["results"][2]["name"] == "fma-peak"
+    scalar = bench_kernel(matmul_kernel("bpeak_x86", 1, 8, 8, 8), peers=["fma-peak"], min_time=FAST)
+    assert "no vector FMA" in (scalar.result("fma-peak").skipped or "")
+    assert scalar.share_of("fma-peak") is None
+
+
+def test_fma_peak_loop_covers_fma_latency_on_each_isa() -> None:
+    """The reference's loop: as many independent accumulators as latency x units needs
+    (24 zmm, 12 ymm), its sources zeroed inside the same asm statement."""
+    for isa, reg, n in (("avx512", "zmm", 24), ("amx", "zmm", 24), ("avx2", "ymm", 12)):
+        src = bench_mod._fma_source(isa)
+        fmas = [ln for ln in src.splitlines() if "vfmadd231ps" in ln]
+        assert len(fmas) == n and all(f"%%{reg}" in ln for ln in fmas)
+        targets = {ln.rsplit("%%", 1)[1].split("\\")[0] for ln in fmas}
+        assert len(targets) == n  # independent: every FMA has its own accumulator
+        assert src.index("xor") < src.index("1:") < src.index("jnz 1b")
+
+
 def test_isa_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_mod, "host_supports", lambda isa: False)
     with pytest.raises(IsaUnavailable):
