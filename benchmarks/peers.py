@@ -17,7 +17,10 @@ With ``--repeats N``, a row whose ratio is below ``--repeat-below`` (1.02) is be
 more times (synthesis warm) and the table shows the range of those ratios: the VM moves a
 single ratio by a few percent, which decides a verdict near 1.00x.
 A threaded row with a one-thread row of the same target and shape also gets a scaling line
-(each threaded implementation's GF/s over its one-core GF/s).
+(each threaded implementation's GF/s over its one-core GF/s). Rows run minutes apart, so
+threaded rows also time their one-thread kernel in their own harness (`morello bench
+--scaling`): the morello-build scaling from interleaved samples, with its range over
+the repeats.
 Results are merged into ``--results`` (JSON) keyed by
 (target, shape), so the table can be built piecewise; the table and the plot always show
 everything in that file.
@@ -158,22 +161,28 @@ def run_one(
         synth = json.loads(p.stdout)
         # 2. ... then the benchmark, which replays the cached solution.
         refs = ("--peers", ",".join((*PEERS, "fma-peak", *(("stream-read",) if m == 1 else ()))))
-        p = morello("bench", *refs, *bench)
+        # A threaded row also times its one-thread kernel in the same harness.
+        scaling = ("--scaling",) if threads > 1 else ()
+        p = morello("bench", *refs, *scaling, *bench)
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             return {"error": _last_line(p), "wall": wall}
         doc: dict[str, object] = json.loads(p.stdout)
         ratio = doc.get("ratio")
         if repeats > 0 and isinstance(ratio, float) and ratio < repeat_below:
-            again = []
+            again, scalings = [], []
             for i in range(repeats):
                 print(f"[peers]   repeat {i + 1}/{repeats}", file=sys.stderr, flush=True)
-                p = morello("bench", *bench)
+                p = morello("bench", *scaling, *bench)
                 if p.returncode != 0:
                     doc["repeat_error"] = _last_line(p)
                     break
-                again.append(json.loads(p.stdout).get("ratio"))
+                rep = json.loads(p.stdout)
+                again.append(rep.get("ratio"))
+                scalings.append(rep.get("scaling"))
             doc["repeat_ratios"] = again
+            if scaling:
+                doc["repeat_scalings"] = scalings
     doc["tune"] = synth.get("tune", "generic")
     doc["synth_seconds"] = synth.get("seconds")
     doc["solved"] = synth.get("solved")
@@ -420,6 +429,27 @@ def scaling_lines(results: dict[str, dict[str, object]]) -> list[str]:
     return lines
 
 
+def beside_lines(results: dict[str, dict[str, object]]) -> list[str]:
+    """For each threaded row benchmarked with `--scaling`: the kernel's speed-up over its
+    one-thread kernel timed round-robin with it, and the range over the row's repeats."""
+    lines = []
+    for k in sorted(results, key=_order):
+        doc = results[k]
+        scaling = doc.get("scaling")
+        if not isinstance(scaling, float):
+            continue
+        target, shape = k.split("/", 1)
+        dtype, dims, threads = parse_shape(shape)
+        shape_text = "x".join(map(str, dims))
+        line = f"{target} {shape_text} {dtype}, {threads} threads: {scaling:.2f}x"
+        raw = doc.get("repeat_scalings")
+        again = [x for x in raw if isinstance(x, float)] if isinstance(raw, list) else []
+        if again:
+            line += f" (repeats {min(again):.2f}-{max(again):.2f}x, {len(again)} runs)"
+        lines.append(line)
+    return lines
+
+
 def _repeats_cell(ratios: object) -> str:
     """`0.978-0.981x (3)` for a row benchmarked again (`--repeats`), else `-`."""
     if not isinstance(ratios, list):
@@ -625,6 +655,13 @@ def main(argv: list[str] | None = None) -> int:
             " machine drift between them counts):"
         )
         print("\n".join(f"- {x}" for x in scaling))
+    beside = beside_lines(results)
+    if beside:
+        print(
+            "\nThread scaling of morello-build measured in one harness (the threaded kernel"
+            " over its one-thread kernel, timed round-robin, `morello bench --scaling`):"
+        )
+        print("\n".join(f"- {x}" for x in beside))
     limits = sorted(
         {(k.split("/", 1)[0], str(v.get("peer_limit") or "")) for k, v in results.items()}
     )

@@ -83,6 +83,10 @@ STREAM_READ = "stream-read"
 FMA_PEAK = "fma-peak"
 REFERENCES: tuple[str, ...] = (STREAM_READ, FMA_PEAK)
 MORELLO = "morello-build"
+#: A threaded kernel's one-thread counterpart (the same Spec synthesized for one thread),
+#: timed in the same harness so that the scaling is a ratio of interleaved samples: on a
+#: VM whose speed swings by 25%, rows measured minutes apart cannot show 1.8x from 1.7x.
+ONE_THREAD = "morello-build@1"
 SAMPLE_SECONDS = 0.015  # one timed sample lasts about this long
 MIN_SAMPLES = 5
 WARMUP_SECONDS = 0.05  # untimed calls per implementation before calibration
@@ -177,6 +181,7 @@ class BenchReport:
             "best_peer": self.best_peer,
             "ratio": self.ratio,
             "peer_limit": self.peer_limit,
+            "scaling": self.scaling,
         }
 
     def format_table(self) -> str:
@@ -201,11 +206,29 @@ class BenchReport:
             lines.append(f"morello-build / best peer ({self.best_peer}): {self.ratio:.3f}x")
         else:
             lines.append("no peer could be timed")
+        if self.scaling is not None:
+            lines.append(
+                f"morello-build / {ONE_THREAD} (its one-thread kernel, timed beside it): "
+                f"{self.scaling:.3f}x on {self.threads} threads"
+            )
         for name, what in _REFERENCE_LINES.items():
             share = self.share_of(name)
             if share is not None:
                 lines.append(f"morello-build / {name}: {share:.0%} of {what}")
         return "\n".join(lines)
+
+    @property
+    def scaling(self) -> float | None:
+        """The threaded kernel's speed over its one-thread kernel's, timed side by side
+        (`bench_kernel(one_thread=...)`), or None."""
+        try:
+            one = self.result(ONE_THREAD)
+        except KeyError:
+            return None
+        mine = self.results[0]
+        if one.skipped is not None or mine.skipped is not None:
+            return None
+        return one.seconds / mine.seconds
 
     def share_of(self, reference: str) -> float | None:
         """The kernel's GFLOP/s over a timed reference's (`FMA_PEAK`: the fraction of the
@@ -730,7 +753,9 @@ int main(int argc, char **argv) {
 """
 
 
-def _harness_source(abi: KernelABI, impls: Sequence[_Impl], thread_setup: str) -> str:
+def _harness_source(
+    abi: KernelABI, impls: Sequence[_Impl], thread_setup: str, one_thread: bool = False
+) -> str:
     out_index = next(i for i, op in enumerate(abi.operands) if not op.is_input)
     nbytes = ", ".join(
         f"{math.prod(op.shape) * np.dtype(STORAGE[op.dtype]).itemsize}UL" for op in abi.operands
@@ -765,7 +790,11 @@ def _harness_source(abi: KernelABI, impls: Sequence[_Impl], thread_setup: str) -
     # 1.1 ns of its 10.7 ns per call (measured), which no user calling it directly pays.
     parts.append("void morello_bench_run(void);")
     entries = [f'    {{"{MORELLO}", morello_bench_run, 0, 0}}']
-    for i, impl in enumerate(impls, start=1):  # index 0 is the kernel
+    if one_thread:
+        parts.append("void morello_bench_run1(void);")
+        entries.append(f'    {{"{ONE_THREAD}", morello_bench_run1, 0, 0}}')
+    first = len(entries)  # the kernel (and its one-thread kernel) come first
+    for i, impl in enumerate(impls, start=first):
         if impl.decls:
             parts.append(impl.decls)
         parts.append(f"static void run_{i}(void) {{\n{impl.code}\n}}")
@@ -773,7 +802,7 @@ def _harness_source(abi: KernelABI, impls: Sequence[_Impl], thread_setup: str) -
     table = ",\n".join(entries)
     parts.append(f"static struct impl impls[] = {{\n{table}\n}};")
     parts.append(f"#define N_IMPLS {len(entries)}")
-    setup = "".join(impl.setup.replace("IDX", str(i)) for i, impl in enumerate(impls, start=1))
+    setup = "".join(impl.setup.replace("IDX", str(i)) for i, impl in enumerate(impls, start=first))
     parts.append(f"static void setup(int threads) {{\n{thread_setup}{setup}    (void)threads;\n}}")
     parts.append(_MAIN)
     return "\n".join(parts)
@@ -806,9 +835,19 @@ def _build(
     thread_setup: str,
     naive_flags: Sequence[str] = ("-march=native",),
     threads: int = 1,
+    one_thread: GeneratedKernel | None = None,
 ) -> Path:
     abi = kernel.abi
     files = dict(kernel_files(kernel))
+    if one_thread is not None:
+        name1 = one_thread.abi.name
+        files |= kernel_files(one_thread)
+        files["morello_bench_call1.c"] = (
+            f'#include "{name1}.h"\n'
+            "extern void *morello_bench_buf[];\n"
+            "void morello_bench_run1(void);\n"
+            f"void morello_bench_run1(void) {{ {name1}({_c_call_args(one_thread.abi, 'morello_bench_buf')}); }}\n"
+        )
     files["morello_bench_naive.c"] = _naive_source(abi, "morello_bench_naive")
     files["morello_bench_stream.c"] = _STREAM_SOURCE
     files["morello_bench_call.c"] = (
@@ -817,7 +856,9 @@ def _build(
         "void morello_bench_run(void);\n"
         f"void morello_bench_run(void) {{ {abi.name}({_c_call_args(abi, 'morello_bench_buf')}); }}\n"
     )
-    files["morello_bench_harness.c"] = _harness_source(abi, impls, thread_setup)
+    files["morello_bench_harness.c"] = _harness_source(
+        abi, impls, thread_setup, one_thread is not None
+    )
     if abi.isa in _FMA_SHAPE:
         files["morello_bench_fma.c"] = _fma_source(abi.isa)
     write_sources(workdir, files)
@@ -836,6 +877,11 @@ def _build(
     ]
     if "morello_bench_fma.c" in files:
         objects.append(compile_object(cc, workdir / "morello_bench_fma.c", flags=kflags))
+    if one_thread is not None:
+        objects.append(compile_object(cc, workdir / f"{one_thread.abi.name}.c", flags=kflags))
+        objects.append(
+            compile_object(cc, workdir / "morello_bench_call1.c", flags=["-O2", "-std=gnu99"])
+        )
     libargs = [a for lib in libs for a in lib.link_args]
     return link(
         cc,
@@ -865,6 +911,27 @@ def _write_inputs(
     return logical, out
 
 
+def _check_one_thread(kernel: GeneratedKernel, one: GeneratedKernel, threads: int) -> None:
+    """`one` must compute what `kernel` does, on one thread, under another C name."""
+    if threads < 2:
+        raise ValueError("one_thread is the baseline of a threaded run: needs threads >= 2")
+    a, b = kernel.abi, one.abi
+    if replace(b, name=a.name, workspace_bytes=a.workspace_bytes) != a:
+        raise ValueError(
+            f"one_thread kernel {b.name!r} does not have the ABI of {a.name!r} "
+            "(the same Spec, target and layouts are needed)"
+        )
+    if b.name == a.name or b.name.startswith("morello_bench_"):
+        raise ValueError(
+            f"one_thread kernel needs a C name of its own (not {b.name!r}, the kernel's or "
+            "the harness's)"
+        )
+    if "#pragma omp" in one.c_source:
+        raise ValueError(
+            f"one_thread kernel {b.name!r} has parallel loops: synthesize it for 1 thread"
+        )
+
+
 def bench_kernel(
     kernel: GeneratedKernel,
     *,
@@ -874,6 +941,7 @@ def bench_kernel(
     compiler: str | None = None,
     seed: int = 0,
     peer_isa: str = "kernel",
+    one_thread: GeneratedKernel | None = None,
 ) -> BenchReport:
     """Benchmark `kernel` against `peers` (default: all of `ALL_PEERS`).
 
@@ -882,6 +950,9 @@ def bench_kernel(
     the kernel, or compute a wrong result are reported as skipped with the reason.
     `peer_isa="kernel"` holds the peers to the kernel's ISA (`PEER_ISA_LIMITS`); "host"
     lets them use everything this machine has.
+    `one_thread`: with `threads` > 1, the same Spec synthesized for one thread, timed
+    beside the kernel as `ONE_THREAD` (never a peer); `BenchReport.scaling` is then the
+    kernel's speed-up over it.
     """
     if peer_isa not in PEER_ISAS:
         raise ValueError(f"peer_isa must be one of {PEER_ISAS}, got {peer_isa!r}")
@@ -897,6 +968,8 @@ def bench_kernel(
             f"kernel name {abi.name!r}: names starting with 'morello_bench_' are the "
             "benchmark harness's own; choose another --name"
         )
+    if one_thread is not None:
+        _check_one_thread(kernel, one_thread, threads)
     wanted = list(ALL_PEERS if peers is None else peers)
     cc = find_compiler(compiler)
     impls, skipped, libs, thread_setup = _plan_peers(abi, wanted, threads)
@@ -926,10 +999,13 @@ def bench_kernel(
 
     with tempfile.TemporaryDirectory(prefix="morello-bench-") as tmp:
         workdir = Path(tmp)
-        exe = _build(cc, workdir, kernel, impls, libs, thread_setup, naive_flags, threads)
+        exe = _build(
+            cc, workdir, kernel, impls, libs, thread_setup, naive_flags, threads, one_thread
+        )
         logical, out = _write_inputs(abi, workdir, seed)
         expected = reference_output(abi, logical)
 
+        one_thread_name = one_thread.abi.name if one_thread is not None else ""
         # 1. Check every implementation once against numpy.
         stdout = _run([str(exe), "check", tmp, str(threads)], env, "the correctness check")
         passed: list[str] = []
@@ -948,8 +1024,9 @@ def bench_kernel(
                 ok, _, max_rel, msg = compare_output(expected, got, out.dtype)
                 if ok:
                     passed.append(name)
-                elif name == MORELLO:
-                    raise BenchError(f"kernel {abi.name} computed a wrong result: {msg}")
+                elif name in (MORELLO, ONE_THREAD):
+                    which = abi.name if name == MORELLO else f"{name} ({one_thread_name})"
+                    raise BenchError(f"kernel {which} computed a wrong result: {msg}")
                 else:
                     skipped[name] = f"wrong result ({msg})"
         if MORELLO not in passed:
@@ -982,7 +1059,10 @@ def bench_kernel(
     results = [timed(MORELLO)]
     for name in wanted:
         results.append(timed(name) if name in passed else ImplResult(name, skipped=skipped[name]))
-    timed_peers = [r for r in results[1:] if r.skipped is None and r.name not in REFERENCES]
+    if one_thread is not None:
+        results.append(timed(ONE_THREAD))
+    not_peers = (*REFERENCES, ONE_THREAD)
+    timed_peers = [r for r in results[1:] if r.skipped is None and r.name not in not_peers]
     best = min(timed_peers, key=lambda r: r.seconds, default=None)
     ratio = best.seconds / results[0].seconds if best is not None else None
     return BenchReport(

@@ -214,6 +214,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec_text = spec_from_args(args)
     res = _synth_kernel(args, spec_text)
     peers = args.peers.split(",") if args.peers else None
+    one_thread = None
+    if args.scaling:
+        one_args = argparse.Namespace(**{**vars(args), "threads": 1, "name": f"{args.name}_1t"})
+        one_thread = _synth_kernel(one_args, spec_text).kernel
     report = bench_kernel(
         res.kernel,
         peers=peers,
@@ -221,6 +225,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         min_time=args.min_time,
         peer_isa=args.peer_isa,
         compiler=args.cc,
+        one_thread=one_thread,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -300,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
         " ISA on its threads (the compute peak); both are timed round-robin with the kernel,"
         " reported as its share of them, and never the best peer",
     )
+    b.add_argument(
+        "--scaling",
+        action="store_true",
+        help="with --threads N: also synthesize the Spec for one thread and time that kernel"
+        " in the same harness, round-robin with the threaded one (reported as"
+        " morello-build@1 with the speed-up; on a machine whose speed drifts, runs made"
+        " apart cannot compare them)",
+    )
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument(
         "--min-time",
@@ -370,6 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if getattr(args, "threads", 1) < 1:
         print("morello: error: --threads must be at least 1", file=sys.stderr)
+        return 2
+    if getattr(args, "scaling", False) and args.threads < 2:
+        print(
+            "morello: error: --scaling compares a threaded kernel with its one-thread kernel:"
+            " add --threads N (N >= 2)",
+            file=sys.stderr,
+        )
         return 2
     if not getattr(args, "min_time", 1.0) > 0:  # also rejects nan
         print("morello: error: --min-time must be a positive number of seconds", file=sys.stderr)

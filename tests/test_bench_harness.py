@@ -164,6 +164,48 @@ def test_fma_peak_loop_covers_fma_latency_on_each_isa() -> None:
         assert src.index("xor") < src.index("1:") < src.index("jnz 1b")
 
 
+def test_one_thread_kernel_is_timed_beside_a_threaded_one() -> None:
+    """`one_thread` (the same Spec under another C name, no parallel loops) is checked
+    against numpy and timed in the kernel's harness; `scaling` is the ratio of the two
+    medians, and it is never the best peer."""
+    kernel = matmul_kernel("bscale", 1, 32, 32, 32)
+    one = matmul_kernel("bscale_1t", 1, 32, 32, 32)
+    rep = bench_kernel(kernel, peers=["naive"], threads=2, min_time=FAST, one_thread=one)
+    mine, base = rep.result("morello-build"), rep.result(bench_mod.ONE_THREAD)
+    assert base.skipped is None and base.samples > 0
+    assert rep.scaling == pytest.approx(base.seconds / mine.seconds)
+    assert rep.best_peer == "naive"
+    assert rep.to_json()["scaling"] == rep.scaling
+    assert "its one-thread kernel, timed beside it" in rep.format_table()
+    plain = bench_kernel(kernel, peers=["naive"], threads=2, min_time=FAST)
+    assert plain.scaling is None and plain.to_json()["scaling"] is None
+
+
+def test_one_thread_kernel_must_match_and_be_right() -> None:
+    kernel = matmul_kernel("bmatch", 1, 16, 16, 16)
+    cases = [
+        (matmul_kernel("bmatch_1t", 1, 16, 16, 16), 1, "threads >= 2"),
+        (matmul_kernel("bmatch_1t", 1, 16, 16, 8), 2, "does not have the ABI"),
+        (kernel, 2, "C name of its own"),
+    ]
+    omp = matmul_kernel("bmatch_omp", 1, 16, 16, 16)
+    omp = dataclasses.replace(
+        omp,
+        c_source=omp.c_source.replace(
+            "for (int bb", "#pragma omp parallel for\n    for (int bb", 1
+        ),
+    )
+    cases.append((omp, 2, "has parallel loops"))
+    for one, threads, message in cases:
+        with pytest.raises(ValueError, match=message):
+            bench_kernel(kernel, peers=["naive"], threads=threads, min_time=FAST, one_thread=one)
+    wrong = matmul_kernel("bmatch_bad", 1, 16, 16, 16, bug="k_off_by_one")
+    with pytest.raises(
+        BenchError, match="morello-build@1 \\(bmatch_bad\\) computed a wrong result"
+    ):
+        bench_kernel(kernel, peers=["naive"], threads=2, min_time=FAST, one_thread=wrong)
+
+
 def test_isa_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_mod, "host_supports", lambda isa: False)
     with pytest.raises(IsaUnavailable):

@@ -41,6 +41,7 @@ def morello(*args, env=None):
         (["synth", "matmul", "8x8x8", "--target", "avx9"], "unknown target 'avx9'"),
         (["bench", "matmul", "8x8x8", "--min-time", "-1"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--min-time", "nan"], "--min-time must be a positive"),
+        (["bench", "matmul", "8x8x8", "--scaling"], "--scaling compares a threaded kernel"),
         (["synth", "Matmul(8x8x8, f32:GL:row, f32:GL:row, s32:GL:row)"], "unsupported dtypes"),
         (
             ["synth", "Zero(16, f32:VRF:row:16)", "--target", "avx2"],
@@ -88,6 +89,21 @@ def test_bench_compiler_choice():
     assert {x["name"] for x in doc["results"]} >= {"morello-build", "naive"}
     bad = morello("bench", "matmul", "8x8x8", "--cc", "icc")
     assert bad.returncode == 2 and "invalid choice: 'icc'" in bad.stderr
+
+
+def test_bench_scaling_times_the_one_thread_kernel_beside_the_threaded_one():
+    """`bench --threads 2 --scaling` synthesizes the Spec for one thread too (C name
+    `<name>_1t`), times it in the same harness and reports the speed-up."""
+    r = morello(
+        "bench", "matmul", "16x64x64", "--target", "avx2", "--no-cache", "-q", "--threads", "2",
+        "--scaling", "--peers", "naive", "--min-time", "0.05", "--json", "--name", "mm",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    one = next(x for x in doc["results"] if x["name"] == "morello-build@1")
+    mine = doc["results"][0]
+    assert doc["scaling"] == pytest.approx(one["seconds"] / mine["seconds"])
+    assert doc["best_peer"] == "naive"
 
 
 def test_shorthand_quoted_as_one_word():

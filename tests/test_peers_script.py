@@ -165,3 +165,10 @@ def test_thread_scaling_pairs_each_threaded_row_with_its_one_thread_row(
     assert lines == [
         "avx2 512x512x512 f32, 2 threads: morello-build 1.80x, openblas 1.90x, mkl 2.00x"
     ]
+    # Rows benchmarked with --scaling carry the speed-up timed in one harness.
+    results["avx2/512@2"] |= {"scaling": 1.871, "repeat_scalings": [1.84, None, 1.9]}
+    results["avx2/256@2"] |= {"scaling": 1.5}
+    assert mod.beside_lines(results) == [  # type: ignore[attr-defined]
+        "avx2 256x256x256 f32, 2 threads: 1.50x",
+        "avx2 512x512x512 f32, 2 threads: 1.87x (repeats 1.84-1.90x, 2 runs)",
+    ]
