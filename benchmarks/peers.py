@@ -648,20 +648,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(table(results, peaks))
-    scaling = scaling_lines(results)
-    if scaling:
-        print(
-            "\nThread scaling (GF/s over the one-thread row's GF/s; the two rows ran apart, so"
-            " machine drift between them counts):"
-        )
-        print("\n".join(f"- {x}" for x in scaling))
-    beside = beside_lines(results)
-    if beside:
-        print(
-            "\nThread scaling of morello-build measured in one harness (the threaded kernel"
-            " over its one-thread kernel, timed round-robin, `morello bench --scaling`):"
-        )
-        print("\n".join(f"- {x}" for x in beside))
+    for heading, lines in (
+        (
+            "Thread scaling (GF/s over the one-thread row's GF/s; the two rows ran apart, so"
+            " machine drift between them counts)",
+            scaling_lines(results),
+        ),
+        (
+            "Thread scaling of morello-build measured in one harness (the threaded kernel"
+            " over its one-thread kernel, timed round-robin, `morello bench --scaling`)",
+            beside_lines(results),
+        ),
+    ):
+        if lines:
+            print(f"\n{heading}:")
+            print("\n".join(f"- {x}" for x in lines))
     limits = sorted(
         {(k.split("/", 1)[0], str(v.get("peer_limit") or "")) for k, v in results.items()}
     )
