@@ -152,6 +152,18 @@ def load_schedule(ref: str) -> Callable[..., Impl]:
     return fn
 
 
+def scheduled_impl(ls: LogicalSpec, schedule: str, target: Target, use_cache: bool) -> Impl:
+    """The program of hand schedule `schedule` (`module:function`) for `ls`, with the DP
+    filling whatever holes it leaves."""
+    from morello_build.schedule import Schedule
+
+    fn = load_schedule(schedule)
+    sched = fn(Schedule.for_spec(ls, target))
+    if isinstance(sched, Schedule):
+        return sched.synthesize_rest(use_cache=use_cache).impl
+    return sched
+
+
 def synthesize_kernel(
     spec_text: str,
     *,
@@ -176,16 +188,7 @@ def synthesize_kernel(
     tune_name = resolve_tune(tune, target)
     start = time.perf_counter()
     if schedule is not None:
-        from morello_build.schedule import Schedule
-
-        fn = load_schedule(schedule)
-        tgt = get_target(isa, threads, tune_name)
-        sched = fn(Schedule.for_spec(ls, tgt))
-        impl = (
-            sched.synthesize_rest(use_cache=use_cache).impl
-            if isinstance(sched, Schedule)
-            else sched
-        )
+        impl = scheduled_impl(ls, schedule, get_target(isa, threads, tune_name), use_cache)
         solved = 0
     else:
         syn = synthesize(

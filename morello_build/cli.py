@@ -100,6 +100,13 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         "--no-cache", action="store_true", help="do not read or write the persistent memo cache"
     )
     p.add_argument("--name", default="kernel", help="C function name [default: kernel]")
+    p.add_argument(
+        "--schedule",
+        metavar="MODULE:FUNCTION",
+        help="a hand schedule instead of the search: a function of a Schedule (see"
+        " morello_build.examples, e.g. morello_build.examples:avx2_matmul_packed_b); the"
+        " search fills the holes it leaves",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
 
 
@@ -125,6 +132,7 @@ def _synth_kernel(args: argparse.Namespace, spec_text: str):  # type: ignore[no-
         annotate=getattr(args, "annotate", False),
         progress=_progress(args.quiet),
         tune=args.tune,
+        schedule=args.schedule,
     )
 
 
@@ -154,6 +162,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
+    if args.schedule:
+        return _print_scheduled(args, spec_text)
     syn = synthesize(
         spec_text,
         args.target,
@@ -181,6 +191,37 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print(
             f"\n{syn.spec.text()} on {syn.target.isa} ({syn.target.tune}): cost {syn.impl.cost.main}; "
             f"{syn.solved} Specs solved, {syn.cache_hits} from the cache, {syn.seconds:.2f} s"
+        )
+    return 0
+
+
+def _print_scheduled(args: argparse.Namespace, spec_text: str) -> int:
+    """`synth --schedule` as a tree or JSON: the hand schedule's program, holes filled."""
+    from morello_build.api import as_spec, resolve_target, scheduled_impl
+    from morello_build.imp import printer
+    from morello_build.target.x86 import get_target, resolve_tune
+
+    target = get_target(
+        resolve_target(args.target), args.threads, resolve_tune(args.tune, args.target)
+    )
+    ls = as_spec(spec_text)
+    impl = scheduled_impl(ls, args.schedule, target, not args.no_cache)
+    assert impl.cost is not None
+    if args.format == "json":
+        doc = {
+            "spec": ls.text(),
+            "target": target.isa,
+            "tune": target.tune,
+            "threads": target.processors,
+            "schedule": args.schedule,
+            "cost": impl.cost.main,
+            "impl": printer.to_json(impl),
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        print(printer.to_text(impl))
+        print(
+            f"\n{ls.text()} on {target.isa} ({target.tune}), schedule {args.schedule}: cost {impl.cost.main}"
         )
     return 0
 

@@ -42,6 +42,22 @@ def morello(*args, env=None):
         (["bench", "matmul", "8x8x8", "--min-time", "-1"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--min-time", "nan"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--scaling"], "--scaling compares a threaded kernel"),
+        (
+            ["synth", "matmul", "8x8x8", "--schedule", "morello_build.examples:nope"],
+            "morello_build.examples has no function 'nope'",
+        ),
+        (
+            [
+                "verify",
+                "matmul",
+                "8x8x60",
+                "--target",
+                "avx2",
+                "--schedule",
+                "morello_build.examples:avx2_matmul_packed_b",
+            ],
+            "needs N % 16 == 0",
+        ),  # fmt: skip
         (["synth", "Matmul(8x8x8, f32:GL:row, f32:GL:row, s32:GL:row)"], "unsupported dtypes"),
         (
             ["synth", "Zero(16, f32:VRF:row:16)", "--target", "avx2"],
@@ -104,6 +120,27 @@ def test_bench_scaling_times_the_one_thread_kernel_beside_the_threaded_one():
     mine = doc["results"][0]
     assert doc["scaling"] == pytest.approx(one["seconds"] / mine["seconds"])
     assert doc["best_peer"] == "naive"
+
+
+def test_schedule_option_prints_verifies_and_writes_the_hand_schedule():
+    """`--schedule module:function` replaces the search by a hand schedule (holes filled by
+    the search): the tree and JSON name it, verify checks it against numpy, and the C is
+    the schedule's (no memset: its register tiles start from zero)."""
+    common = ("matmul", "100x64x96", "--target", "avx2", "--no-cache", "-q")
+    sched = ("--schedule", "morello_build.examples:avx2_matmul_packed_b")
+    tree = morello("synth", *common, *sched)
+    assert tree.returncode == 0, tree.stderr
+    assert tree.stdout.startswith("move(1, GL, [2,1,2p16], f32)")
+    assert "schedule morello_build.examples:avx2_matmul_packed_b: cost" in tree.stdout
+    doc = json.loads(morello("synth", *common, *sched, "--format", "json").stdout)
+    assert doc["schedule"] == "morello_build.examples:avx2_matmul_packed_b"
+    assert doc["impl"]["action"] == "move(1, GL, [2,1,2p16], f32)"
+    c = morello("synth", *common, *sched, "--format", "c")
+    assert c.returncode == 0 and "memset" not in c.stdout
+    searched = morello("synth", *common, "--format", "c")
+    assert searched.returncode == 0 and searched.stdout != c.stdout
+    ok = morello("verify", *common, *sched)
+    assert ok.returncode == 0 and ": OK" in ok.stdout, ok.stdout + ok.stderr
 
 
 def test_shorthand_quoted_as_one_word():

@@ -4,7 +4,7 @@ generated C is compiled and checked against numpy."""
 import pytest
 
 from morello_build.codegen.emit import generate_c
-from morello_build.examples import avx2_matmul_6x16
+from morello_build.examples import avx2_matmul_6x16, avx2_matmul_packed_b
 from morello_build.imp.nodes import Alloc, Kernel
 from morello_build.imp.printer import iter_nodes
 from morello_build.ir.levels import Level
@@ -79,3 +79,38 @@ def test_b_panel_packing_copies_whole_vectors_and_matches_numpy(isa, panel):
     except IsaUnavailable:
         pytest.skip(f"host lacks {isa}")
     assert r.ok, r.details
+
+
+@pytest.mark.parametrize("shape", ["100x64x96", "32x48x16", "130x40x48"])
+def test_packed_b_schedule_zeroes_c_in_registers_and_matches_numpy(shape):
+    """`avx2_matmul_packed_b`: B packed whole into 16-column panels first (unless it is one
+    panel), no memset of C (register tiles start from zero), right results with both
+    compilers, including ragged row blocks."""
+    m, k, n = (int(x) for x in shape.split("x"))
+    t = get_target("avx2")
+    spec = parse_spec(f"Matmul(1x{m}x{k}x{n}, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    s = avx2_matmul_packed_b(Schedule.for_spec(spec, t))
+    impl = s.synthesize_rest().impl
+    nodes = iter_nodes(impl)
+    kernels = {x.name for x in nodes if isinstance(x, Kernel)}
+    assert "MemsetZero" not in kernels and "VectorZero" in kernels
+    if n > 16:
+        assert isinstance(impl, Alloc) and impl.operand == 1 and not impl.cache_view
+        assert str(impl.tensor.layout) == "[2,1,2p16]" and impl.tensor.level is Level.GL
+    kernel = generate_c(impl, f"mm_packed_b_{m}", "avx2")
+    for cc in ("gcc", "clang"):
+        try:
+            r = verify_kernel(kernel, compiler=cc)
+        except IsaUnavailable:
+            pytest.skip("host lacks AVX2")
+        assert r.ok, r.details
+
+
+def test_packed_b_schedule_says_what_it_needs():
+    t = get_target("avx2")
+    spec = parse_spec("Matmul(1x64x64x60, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    with pytest.raises(ScheduleError, match="N % 16 == 0"):
+        avx2_matmul_packed_b(Schedule.for_spec(spec, t))
+    spec = parse_spec("Matmul(2x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    with pytest.raises(ScheduleError, match="1xMxKxN"):
+        avx2_matmul_packed_b(Schedule.for_spec(spec, t))
