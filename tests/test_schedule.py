@@ -18,6 +18,15 @@ from morello_build.verify import IsaUnavailable, verify_kernel
 SPEC = "MatmulAccum(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 
 
+def _verify_with_gcc_and_clang(kernel) -> None:
+    for cc in ("gcc", "clang"):
+        try:
+            r = verify_kernel(kernel, compiler=cc)
+        except IsaUnavailable:
+            pytest.skip("host lacks AVX2")
+        assert r.ok, r.details
+
+
 @pytest.fixture(scope="module")
 def scheduled():
     t = get_target("avx2")
@@ -46,13 +55,7 @@ def test_hand_schedule_mixed_with_synthesis_compiles_and_matches_numpy(scheduled
     assert done.impl.cost is not None
     best = Search(t).solve(Spec(parse_spec(SPEC), t.max_limits))
     assert best is not None and best.cost.main <= done.impl.cost.main  # the DP's optimum
-    kernel = generate_c(done.impl, "mm_6x16", "avx2")
-    for cc in ("gcc", "clang"):
-        try:
-            r = verify_kernel(kernel, compiler=cc)
-        except IsaUnavailable:
-            pytest.skip("host lacks AVX2")
-        assert r.ok, r.details
+    _verify_with_gcc_and_clang(generate_c(done.impl, "mm_6x16", "avx2"))
 
 
 def test_inapplicable_rewrite_is_a_clear_error():
@@ -97,13 +100,7 @@ def test_packed_b_schedule_zeroes_c_in_registers_and_matches_numpy(shape):
     if n > 16:
         assert isinstance(impl, Alloc) and impl.operand == 1 and not impl.cache_view
         assert str(impl.tensor.layout) == "[2,1,2p16]" and impl.tensor.level is Level.GL
-    kernel = generate_c(impl, f"mm_packed_b_{m}", "avx2")
-    for cc in ("gcc", "clang"):
-        try:
-            r = verify_kernel(kernel, compiler=cc)
-        except IsaUnavailable:
-            pytest.skip("host lacks AVX2")
-        assert r.ok, r.details
+    _verify_with_gcc_and_clang(generate_c(impl, f"mm_packed_b_{m}", "avx2"))
 
 
 def test_packed_b_schedule_says_what_it_needs():
