@@ -107,14 +107,20 @@ def synthesize(
     progress: Progress | None = None,
     memo: Memo | None = None,
     tune: str | None = None,
+    schedule: str | None = None,
 ) -> Synthesis:
     """Find the cheapest program for `spec` (all memory available) on `target`, with the
     constants of `tune` (`target.x86.resolve_tune`: None means this host's for the native
-    target, `generic` otherwise)."""
+    target, `generic` otherwise). With `schedule` (`module:function`), the program is that
+    hand schedule's, the search filling only the holes it leaves (`solved` is then 0)."""
     ls = as_spec(spec)
     isa = resolve_target(target)
     tgt = get_target(isa, threads, resolve_tune(tune, target))
     tgt.check_spec(ls)
+    if schedule is not None:
+        start = time.perf_counter()
+        hand = scheduled_impl(ls, schedule, tgt, use_cache)
+        return Synthesis(ls, tgt, hand, 0, 0, time.perf_counter() - start)
     if memo is None:
         memo = make_memo(tgt, use_cache)
     start = time.perf_counter()
@@ -187,13 +193,14 @@ def synthesize_kernel(
     isa = resolve_target(target)
     tune_name = resolve_tune(tune, target)
     start = time.perf_counter()
-    if schedule is not None:
-        impl = scheduled_impl(ls, schedule, get_target(isa, threads, tune_name), use_cache)
-        solved = 0
-    else:
-        syn = synthesize(
-            ls, isa, threads=threads, use_cache=use_cache, progress=progress, tune=tune_name
-        )
-        impl, solved = syn.impl, syn.solved
-    kernel = generate_c(impl, name, isa, tune=tune_name, annotate=annotate)
-    return SynthResult(kernel, solved == 0, solved, time.perf_counter() - start)
+    syn = synthesize(
+        ls,
+        isa,
+        threads=threads,
+        use_cache=use_cache,
+        progress=progress,
+        tune=tune_name,
+        schedule=schedule,
+    )
+    kernel = generate_c(syn.impl, name, isa, tune=tune_name, annotate=annotate)
+    return SynthResult(kernel, syn.solved == 0, syn.solved, time.perf_counter() - start)

@@ -217,29 +217,27 @@ class BenchReport:
                 lines.append(f"morello-build / {name}: {share:.0%} of {what}")
         return "\n".join(lines)
 
+    def _timed_pair(self, name: str) -> tuple[ImplResult, ImplResult] | None:
+        """(the kernel's result, `name`'s) when both were timed, else None."""
+        other = next((r for r in self.results if r.name == name), None)
+        if other is None or other.skipped is not None or self.results[0].skipped is not None:
+            return None
+        return self.results[0], other
+
     @property
     def scaling(self) -> float | None:
         """The threaded kernel's speed over its one-thread kernel's, timed side by side
         (`bench_kernel(one_thread=...)`), or None."""
-        try:
-            one = self.result(ONE_THREAD)
-        except KeyError:
-            return None
-        mine = self.results[0]
-        if one.skipped is not None or mine.skipped is not None:
-            return None
-        return one.seconds / mine.seconds
+        pair = self._timed_pair(ONE_THREAD)
+        return pair[1].seconds / pair[0].seconds if pair else None
 
     def share_of(self, reference: str) -> float | None:
         """The kernel's GFLOP/s over a timed reference's (`FMA_PEAK`: the fraction of the
         compute peak; `STREAM_READ`: of the bandwidth bound), or None if it was not timed."""
-        mine = self.results[0]
-        try:
-            ref = self.result(reference)
-        except KeyError:
+        pair = self._timed_pair(reference)
+        if pair is None:
             return None
-        if ref.skipped is not None or mine.skipped is not None:
-            return None
+        mine, ref = pair
         if reference == STREAM_READ:  # same bytes of B per call: a ratio of times
             return ref.seconds / mine.seconds
         return mine.gflops / ref.gflops
@@ -826,6 +824,17 @@ def _run(cmd: Sequence[str], env: dict[str, str], what: str) -> str:
     return proc.stdout
 
 
+def _call_source(abi: KernelABI, run: str) -> str:
+    """`void run(void)` calling the kernel on the harness buffers, in a file of its own so
+    the kernel's header never meets the harness's libc headers (see `_harness_source`)."""
+    return (
+        f'#include "{abi.name}.h"\n'
+        "extern void *morello_bench_buf[];\n"
+        f"void {run}(void);\n"
+        f"void {run}(void) {{ {abi.name}({_c_call_args(abi, 'morello_bench_buf')}); }}\n"
+    )
+
+
 def _build(
     cc: Compiler,
     workdir: Path,
@@ -840,22 +849,11 @@ def _build(
     abi = kernel.abi
     files = dict(kernel_files(kernel))
     if one_thread is not None:
-        name1 = one_thread.abi.name
         files |= kernel_files(one_thread)
-        files["morello_bench_call1.c"] = (
-            f'#include "{name1}.h"\n'
-            "extern void *morello_bench_buf[];\n"
-            "void morello_bench_run1(void);\n"
-            f"void morello_bench_run1(void) {{ {name1}({_c_call_args(one_thread.abi, 'morello_bench_buf')}); }}\n"
-        )
+        files["morello_bench_call1.c"] = _call_source(one_thread.abi, "morello_bench_run1")
     files["morello_bench_naive.c"] = _naive_source(abi, "morello_bench_naive")
     files["morello_bench_stream.c"] = _STREAM_SOURCE
-    files["morello_bench_call.c"] = (
-        f'#include "{abi.name}.h"\n'
-        "extern void *morello_bench_buf[];\n"
-        "void morello_bench_run(void);\n"
-        f"void morello_bench_run(void) {{ {abi.name}({_c_call_args(abi, 'morello_bench_buf')}); }}\n"
-    )
+    files["morello_bench_call.c"] = _call_source(abi, "morello_bench_run")
     files["morello_bench_harness.c"] = _harness_source(
         abi, impls, thread_setup, one_thread is not None
     )

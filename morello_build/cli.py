@@ -162,8 +162,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    if args.schedule:
-        return _print_scheduled(args, spec_text)
     syn = synthesize(
         spec_text,
         args.target,
@@ -171,8 +169,19 @@ def cmd_synth(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         progress=_progress(args.quiet),
         tune=args.tune,
+        schedule=args.schedule,
     )
     assert syn.impl.cost is not None
+    # A hand schedule reports which it is; a search, what it solved and how long it took.
+    run: dict[str, object] = (
+        {"schedule": args.schedule}
+        if args.schedule
+        else {
+            "solved": syn.solved,
+            "cache_hits": syn.cache_hits,
+            "seconds": round(syn.seconds, 4),
+        }
+    )
     if args.format == "json":
         doc = {
             "spec": syn.spec.text(),
@@ -180,49 +189,20 @@ def cmd_synth(args: argparse.Namespace) -> int:
             "tune": syn.target.tune,
             "threads": syn.target.processors,
             "cost": syn.impl.cost.main,
-            "solved": syn.solved,
-            "cache_hits": syn.cache_hits,
-            "seconds": round(syn.seconds, 4),
+            **run,
             "impl": printer.to_json(syn.impl),
         }
         print(json.dumps(doc, indent=2))
     else:
         print(printer.to_text(syn.impl))
-        print(
-            f"\n{syn.spec.text()} on {syn.target.isa} ({syn.target.tune}): cost {syn.impl.cost.main}; "
-            f"{syn.solved} Specs solved, {syn.cache_hits} from the cache, {syn.seconds:.2f} s"
+        how = (
+            f"schedule {args.schedule}: cost {syn.impl.cost.main}"
+            if args.schedule
+            else f"cost {syn.impl.cost.main}; {syn.solved} Specs solved, "
+            f"{syn.cache_hits} from the cache, {syn.seconds:.2f} s"
         )
-    return 0
-
-
-def _print_scheduled(args: argparse.Namespace, spec_text: str) -> int:
-    """`synth --schedule` as a tree or JSON: the hand schedule's program, holes filled."""
-    from morello_build.api import as_spec, resolve_target, scheduled_impl
-    from morello_build.imp import printer
-    from morello_build.target.x86 import get_target, resolve_tune
-
-    target = get_target(
-        resolve_target(args.target), args.threads, resolve_tune(args.tune, args.target)
-    )
-    ls = as_spec(spec_text)
-    impl = scheduled_impl(ls, args.schedule, target, not args.no_cache)
-    assert impl.cost is not None
-    if args.format == "json":
-        doc = {
-            "spec": ls.text(),
-            "target": target.isa,
-            "tune": target.tune,
-            "threads": target.processors,
-            "schedule": args.schedule,
-            "cost": impl.cost.main,
-            "impl": printer.to_json(impl),
-        }
-        print(json.dumps(doc, indent=2))
-    else:
-        print(printer.to_text(impl))
-        print(
-            f"\n{ls.text()} on {target.isa} ({target.tune}), schedule {args.schedule}: cost {impl.cost.main}"
-        )
+        where = f"{syn.spec.text()} on {syn.target.isa} ({syn.target.tune})"
+        print(f"\n{where}{', ' if args.schedule else ': '}{how}")
     return 0
 
 
