@@ -81,7 +81,12 @@ STREAM_READ = "stream-read"
 #: Zen 3 VM a separate best-of-7 read 88 GF/s in a run whose 64^3 kernel ran 94.6 GF/s.
 #: Its GFLOP/s count its own FMAs, not the kernel's flops.
 FMA_PEAK = "fma-peak"
-REFERENCES: tuple[str, ...] = (STREAM_READ, FMA_PEAK)
+#: The AMX counterpart of `FMA_PEAK` for the amx target: 4 independent `tdpbf16ps` tile
+#: products (16x16 f32 += 16x32 bf16 . 32x16 bf16) per iteration, on `threads` threads.
+#: The peers script measured it once, apart (3840 GF/s on the Xeon), so the amx rows' share
+#: of it moved with the VM's clock (the same kernel read 46% and 39% in two runs).
+AMX_PEAK = "amx-peak"
+REFERENCES: tuple[str, ...] = (STREAM_READ, FMA_PEAK, AMX_PEAK)
 MORELLO = "morello-build"
 #: A threaded kernel's one-thread counterpart (the same Spec synthesized for one thread),
 #: timed in the same harness so that the scaling is a ratio of interleaved samples: on a
@@ -232,8 +237,9 @@ class BenchReport:
         return pair[1].seconds / pair[0].seconds if pair else None
 
     def share_of(self, reference: str) -> float | None:
-        """The kernel's GFLOP/s over a timed reference's (`FMA_PEAK`: the fraction of the
-        compute peak; `STREAM_READ`: of the bandwidth bound), or None if it was not timed."""
+        """The kernel's GFLOP/s over a timed reference's (`FMA_PEAK`, `AMX_PEAK`: the
+        fraction of the compute peak; `STREAM_READ`: of the bandwidth bound), or None if it
+        was not timed."""
         pair = self._timed_pair(reference)
         if pair is None:
             return None
@@ -437,6 +443,7 @@ float morello_bench_stream(const void *buf, long bytes) {
 #: What `format_table` calls each reference when it prints the kernel's share of it.
 _REFERENCE_LINES = {
     FMA_PEAK: "the register FMA peak timed beside it",
+    AMX_PEAK: "the AMX tile peak timed beside it",
     STREAM_READ: "the speed of a streaming read of B",
 }
 
@@ -476,6 +483,54 @@ void morello_bench_fma(long iters, int threads) {{
     }}
 }}
 """
+
+
+#: Flops of one iteration of the AMX reference: 4 tile products of 16x16x32 multiply-adds.
+_AMX_ITER_FLOPS = 4 * 16 * 16 * 32 * 2
+#: Fewest iterations per call: ~25k cycles at one tile product per 16 cycles.
+_AMX_MIN_ITERS = 400
+
+
+def _amx_source() -> str:
+    """C of the AMX reference: each thread asks for tile data, loads the kernels' tile
+    configuration, fills its two A and two B tiles with zeros (no denormals) and runs
+    `iters` iterations of 4 independent `tdpbf16ps` into 4 accumulator tiles."""
+    from morello_build.codegen.context import HELPERS
+
+    return (
+        "#include <immintrin.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+        + HELPERS["amx"]
+        + """void morello_bench_amx(long iters, int threads);
+void morello_bench_amx(long iters, int threads) {
+    (void)threads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    {
+        static const unsigned short zero[512] __attribute__((aligned(64)));
+        mb_amx_enable();
+        _tile_loadconfig(mb_amx_cfg);
+        _tile_loadd(4, zero, 64); _tile_loadd(5, zero, 64);
+        _tile_loadd(6, zero, 64); _tile_loadd(7, zero, 64);
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (long i = 0; i < iters; i++) {
+            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_release();
+    }
+}
+"""
+    )
+
+
+def _reference_iters(name: str, isa: str, flops: int, threads: int) -> tuple[int, int]:
+    """(iterations per thread, flops per call) of the compute reference `name` beside a
+    kernel of `flops`: about the kernel's work, at least ~25k cycles per call."""
+    if name == AMX_PEAK:
+        iters = max(_AMX_MIN_ITERS, -(-flops // (_AMX_ITER_FLOPS * threads)))
+        return iters, iters * _AMX_ITER_FLOPS * threads
+    return _fma_iters(isa, flops, threads)
 
 
 def _fma_iters(isa: str, flops: int, threads: int) -> tuple[int, int]:
@@ -569,6 +624,20 @@ def _plan_peers(
                         name,
                         f"    morello_bench_fma({iters}L, {threads});",
                         "void morello_bench_fma(long, int);",
+                        reference=True,
+                    )
+                )
+            continue
+        if name == AMX_PEAK:
+            if abi.isa != "amx":
+                skipped[name] = f"AMX tiles need the amx target, not {abi.isa}"
+            else:
+                iters, _ = _reference_iters(AMX_PEAK, abi.isa, abi.flops, threads)
+                impls.append(
+                    _Impl(
+                        name,
+                        f"    morello_bench_amx({iters}L, {threads});",
+                        "void morello_bench_amx(long, int);",
                         reference=True,
                     )
                 )
@@ -859,6 +928,8 @@ def _build(
     )
     if abi.isa in _FMA_SHAPE:
         files["morello_bench_fma.c"] = _fma_source(abi.isa)
+    if abi.isa == "amx":
+        files["morello_bench_amx.c"] = _amx_source()
     write_sources(workdir, files)
     omp = ["-fopenmp"] if "#pragma omp" in kernel.c_source or threads > 1 else []
     kflags = ["-O3", "-std=gnu99", *ISA_FLAGS[abi.isa], *omp]
@@ -873,8 +944,9 @@ def _build(
         ),
         compile_object(cc, workdir / "morello_bench_harness.c", flags=["-O2", "-std=gnu99"]),
     ]
-    if "morello_bench_fma.c" in files:
-        objects.append(compile_object(cc, workdir / "morello_bench_fma.c", flags=kflags))
+    for ref in ("morello_bench_fma.c", "morello_bench_amx.c"):
+        if ref in files:
+            objects.append(compile_object(cc, workdir / ref, flags=kflags))
     if one_thread is not None:
         objects.append(compile_object(cc, workdir / f"{one_thread.abi.name}.c", flags=kflags))
         objects.append(
@@ -1049,7 +1121,10 @@ def bench_kernel(
         s = samples[name]
         if not s:
             return ImplResult(name, skipped="harness produced no samples")
-        flops = _fma_iters(abi.isa, abi.flops, threads)[1] if name == FMA_PEAK else abi.flops
+        compute_peak = name in (FMA_PEAK, AMX_PEAK)
+        flops = (
+            _reference_iters(name, abi.isa, abi.flops, threads)[1] if compute_peak else abi.flops
+        )
         med, best = statistics.median(s), min(s)
         gf_med, gf_best = (flops / t / 1e9 if t > 0 else math.inf for t in (med, best))
         return ImplResult(name, med, best, gf_med, gf_best, len(s), reps.get(name, 0))

@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated subset of naive,openblas,mkl,mkl-jit [default: all four]; add"
         " stream-read to also time a plain streaming read of B (the bandwidth bound of a"
         " matrix-vector product), fma-peak to time independent register FMAs of the kernel's"
-        " ISA on its threads (the compute peak); both are timed round-robin with the kernel,"
+        " ISA on its threads (the compute peak), amx-peak (amx target) to time independent"
+        " AMX tile products the same way; these are timed round-robin with the kernel,"
         " reported as its share of them, and never the best peer",
     )
     b.add_argument(

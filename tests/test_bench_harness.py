@@ -152,6 +152,29 @@ def test_fma_peak_is_timed_beside_the_kernel_as_a_reference(threads: int) -> Non
     assert scalar.share_of("fma-peak") is None
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_peak_is_timed_beside_an_amx_kernel(threads: int) -> None:
+    """`amx-peak` runs independent AMX tile products on the kernel's threads in the same
+    harness, with its own flop count; other targets say why it was skipped."""
+    k = matmul_kernel(f"bamx{threads}", 1, 32, 32, 32, in_dtype="bf16")
+    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="amx"))
+    other = bench_kernel(matmul_kernel("bamx_x86", 1, 8, 8, 8), peers=["amx-peak"], min_time=FAST)
+    assert "amx target" in (other.result("amx-peak").skipped or "")
+    assert other.share_of("amx-peak") is None
+    try:
+        rep = bench_kernel(k, peers=["naive", "amx-peak"], min_time=FAST, threads=threads)
+    except IsaUnavailable:
+        pytest.skip("host lacks AMX")
+    peak = rep.result("amx-peak")
+    assert peak.skipped is None and peak.samples > 0 and peak.seconds > 0
+    assert rep.best_peer == "naive"
+    iters, flops = bench_mod._reference_iters("amx-peak", "amx", k.abi.flops, threads)
+    assert iters >= bench_mod._AMX_MIN_ITERS and flops == iters * 4 * 16 * 16 * 32 * 2 * threads
+    assert math.isclose(peak.gflops, flops / peak.seconds / 1e9)
+    assert rep.share_of("amx-peak") == pytest.approx(rep.results[0].gflops / peak.gflops)
+    assert "of the AMX tile peak timed beside it" in rep.format_table()
+
+
 def test_fma_peak_loop_covers_fma_latency_on_each_isa() -> None:
     """The reference's loop: as many independent accumulators as latency x units needs
     (24 zmm, 12 ymm), its sources zeroed inside the same asm statement."""

@@ -131,8 +131,23 @@ def test_default_targets_are_those_the_host_runs(
         ],
         "ratio": 1.2,
     }
-    rows = {"avx512/64": other, "avx512/128": beside}
-    res.write_text(json.dumps({**rows, "_meta": {"fma_peak": {"avx512": 250.0}}}))
+    amx_beside = {  # an amx bf16 row counts against the AMX tiles timed beside it
+        "results": [
+            {"name": "morello-build", "gflops": 1600.0},
+            {"name": "fma-peak", "gflops": 240.0},
+            {"name": "amx-peak", "gflops": 4000.0},
+        ],
+        "ratio": 1.3,
+    }
+    amx_apart = {"results": [{"name": "morello-build", "gflops": 1900.0}], "ratio": 1.3}
+    rows = {
+        "avx512/64": other,
+        "avx512/128": beside,
+        "amx/bf16:256": amx_beside,
+        "amx/bf16:128": amx_apart,
+    }
+    meta = {"fma_peak": {"avx512": 250.0, "amx": 250.0, "amx-bf16": 3800.0}}
+    res.write_text(json.dumps({**rows, "_meta": meta}))
     argv = ["--results", str(res), "--png", str(tmp_path / "p.png"), "--shapes", "8,16"]
     argv += ["--tune", "generic"]  # not this host's tuning: the rows' labels must not vary
     assert mod.main(argv) == 0  # type: ignore[attr-defined]
@@ -144,6 +159,10 @@ def test_default_targets_are_those_the_host_runs(
     assert "| 80%* |" in row  # 200 GF/s against the stored 250, marked as measured apart
     row = next(x for x in out.splitlines() if x.startswith("| avx512 | 128x128x128 |"))
     assert "| 90% |" in row  # 198 GF/s against the 220 timed beside it
+    row = next(x for x in out.splitlines() if x.startswith("| amx | 256x256x256 | bf16 |"))
+    assert "| 40% |" in row  # 1600 GF/s against the AMX tiles' 4000, not the zmm FMAs' 240
+    row = next(x for x in out.splitlines() if x.startswith("| amx | 128x128x128 | bf16 |"))
+    assert "| 50%* |" in row  # no amx-peak in the row: the AMX peak stored apart
     assert "| avx2 | 8x8x8 | f32 | 1 | error: not timed in this test |" in out
 
 
