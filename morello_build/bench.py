@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 
 from morello_build.ccompile import Compiler, compile_object, find_compiler, link, write_sources
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
+from morello_build.codegen.context import HELPERS
 from morello_build.errors import MorelloError
 from morello_build.peers import PEER_ISAS, PeerLib, find_mkl, find_openblas
 from morello_build.target.isa import ISA_FLAGS, host_supports, native_isa
@@ -495,8 +496,6 @@ def _amx_source() -> str:
     """C of the AMX reference: each thread asks for tile data, loads the kernels' tile
     configuration, fills its two A and two B tiles with zeros (no denormals) and runs
     `iters` iterations of 4 independent `tdpbf16ps` into 4 accumulator tiles."""
-    from morello_build.codegen.context import HELPERS
-
     return (
         "#include <immintrin.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
         + HELPERS["amx"]
@@ -630,7 +629,7 @@ def _plan_peers(
             continue
         if name == AMX_PEAK:
             if abi.isa != "amx":
-                skipped[name] = f"AMX tiles need the amx target, not {abi.isa}"
+                skipped[name] = f"AMX tile products need the amx target, not {abi.isa}"
             else:
                 iters, _ = _reference_iters(AMX_PEAK, abi.isa, abi.flops, threads)
                 impls.append(

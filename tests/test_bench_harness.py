@@ -126,53 +126,41 @@ def test_stream_read_is_timed_as_a_reference_never_as_the_best_peer() -> None:
     assert "matmul" in (zero.result("stream-read").skipped or "")
 
 
+_COMPUTE_PEAKS = [
+    # reference, kernel ISA, input dtype, flops per loop iteration, skip reason elsewhere
+    ("fma-peak", "avx2", "f32", 12 * 8 * 2, "no vector FMA"),
+    ("amx-peak", "amx", "bf16", 4 * 16 * 16 * 32 * 2, "need the amx target"),
+]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_fma_peak_is_timed_beside_the_kernel_as_a_reference(threads: int) -> None:
-    """`fma-peak` runs independent register FMAs of the kernel's ISA on the kernel's threads
-    in the same harness: timed with its own flop count, reported as the kernel's share of
-    it, never the best peer; a kernel whose ISA has no vector FMA says so."""
-    k = matmul_kernel(f"bpeak{threads}", 1, 32, 32, 32)
-    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="avx2"))
+@pytest.mark.parametrize(("ref", "isa", "dtype", "iter_flops", "why_not"), _COMPUTE_PEAKS)
+def test_compute_peak_is_timed_beside_the_kernel_as_a_reference(
+    threads: int, ref: str, isa: str, dtype: str, iter_flops: int, why_not: str
+) -> None:
+    """`fma-peak` (register FMAs of the kernel's ISA) and `amx-peak` (AMX tile products) run
+    on the kernel's threads in the same harness: timed with their own flop count, reported
+    as the kernel's share of them, never the best peer; a kernel they do not fit says so."""
+    scalar = bench_kernel(matmul_kernel(f"bx86_{isa}", 1, 8, 8, 8), peers=[ref], min_time=FAST)
+    assert why_not in (scalar.result(ref).skipped or "")
+    assert scalar.share_of(ref) is None
+    k = matmul_kernel(f"bpeak{threads}_{isa}", 1, 32, 32, 32, in_dtype=dtype)
+    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa=isa))
     try:
-        rep = bench_kernel(k, peers=["naive", "fma-peak"], min_time=FAST, threads=threads)
+        rep = bench_kernel(k, peers=["naive", ref], min_time=FAST, threads=threads)
     except IsaUnavailable:
-        pytest.skip("host lacks AVX2")
-    peak = rep.result("fma-peak")
+        pytest.skip(f"host lacks {isa}")
+    peak = rep.result(ref)
     assert peak.skipped is None and peak.samples > 0 and peak.seconds > 0
     assert rep.best_peer == "naive"
-    iters, flops = bench_mod._fma_iters("avx2", k.abi.flops, threads)
-    assert iters >= bench_mod._FMA_MIN_ITERS and flops == iters * 12 * 8 * 2 * threads
+    iters, flops = bench_mod._reference_iters(ref, isa, k.abi.flops, threads)
+    least = bench_mod._AMX_MIN_ITERS if ref == "amx-peak" else bench_mod._FMA_MIN_ITERS
+    assert iters >= least and flops == iters * iter_flops * threads
     assert math.isclose(peak.gflops, flops / peak.seconds / 1e9)
-    assert rep.share_of("fma-peak") == pytest.approx(rep.results[0].gflops / peak.gflops)
+    assert rep.share_of(ref) == pytest.approx(rep.results[0].gflops / peak.gflops)
     assert rep.share_of("stream-read") is None  # not asked for
-    assert "of the register FMA peak timed beside it" in rep.format_table()
-    assert json.loads(json.dumps(rep.to_json()))["results"][2]["name"] == "fma-peak"
-    scalar = bench_kernel(matmul_kernel("bpeak_x86", 1, 8, 8, 8), peers=["fma-peak"], min_time=FAST)
-    assert "no vector FMA" in (scalar.result("fma-peak").skipped or "")
-    assert scalar.share_of("fma-peak") is None
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_amx_peak_is_timed_beside_an_amx_kernel(threads: int) -> None:
-    """`amx-peak` runs independent AMX tile products on the kernel's threads in the same
-    harness, with its own flop count; other targets say why it was skipped."""
-    k = matmul_kernel(f"bamx{threads}", 1, 32, 32, 32, in_dtype="bf16")
-    k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="amx"))
-    other = bench_kernel(matmul_kernel("bamx_x86", 1, 8, 8, 8), peers=["amx-peak"], min_time=FAST)
-    assert "amx target" in (other.result("amx-peak").skipped or "")
-    assert other.share_of("amx-peak") is None
-    try:
-        rep = bench_kernel(k, peers=["naive", "amx-peak"], min_time=FAST, threads=threads)
-    except IsaUnavailable:
-        pytest.skip("host lacks AMX")
-    peak = rep.result("amx-peak")
-    assert peak.skipped is None and peak.samples > 0 and peak.seconds > 0
-    assert rep.best_peer == "naive"
-    iters, flops = bench_mod._reference_iters("amx-peak", "amx", k.abi.flops, threads)
-    assert iters >= bench_mod._AMX_MIN_ITERS and flops == iters * 4 * 16 * 16 * 32 * 2 * threads
-    assert math.isclose(peak.gflops, flops / peak.seconds / 1e9)
-    assert rep.share_of("amx-peak") == pytest.approx(rep.results[0].gflops / peak.gflops)
-    assert "of the AMX tile peak timed beside it" in rep.format_table()
+    assert bench_mod._REFERENCE_LINES[ref] in rep.format_table()
+    assert json.loads(json.dumps(rep.to_json()))["results"][2]["name"] == ref
 
 
 def test_fma_peak_loop_covers_fma_latency_on_each_isa() -> None:
