@@ -5,7 +5,7 @@ import pytest
 
 from morello_build.codegen.emit import generate_c
 from morello_build.examples import avx2_matmul_6x16, avx2_matmul_packed_b
-from morello_build.imp.nodes import Alloc, Kernel
+from morello_build.imp.nodes import Alloc, Kernel, Loop
 from morello_build.imp.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import Spec
@@ -103,6 +103,20 @@ def test_packed_b_schedule_zeroes_c_in_registers_and_matches_numpy(shape):
     _verify_with_gcc_and_clang(generate_c(impl, f"mm_packed_b_{m}", "avx2"))
 
 
+def test_packed_b_schedule_splits_columns_between_threads_and_matches_numpy():
+    """Built for 2 threads, the threads split C's columns first and each packs only its
+    own columns of B (48 of 96: three panels); results right with both compilers."""
+    t = get_target("avx2", threads=2)
+    spec = parse_spec("Matmul(1x100x64x96, f32:GL:row, f32:GL:row, f32:GL:row)")
+    impl = avx2_matmul_packed_b(Schedule.for_spec(spec, t)).synthesize_rest().impl
+    assert isinstance(impl, Loop) and impl.parallel
+    body = impl.children[0]
+    assert body.spec.shape == (1, 100, 64, 48)
+    assert isinstance(body, Alloc) and body.operand == 1 and not body.cache_view
+    assert body.tensor.shape == (1, 64, 48) and str(body.tensor.layout) == "[2,1,2p16]"
+    _verify_with_gcc_and_clang(generate_c(impl, "mm_packed_b_t2", "avx2"))
+
+
 def test_packed_b_schedule_says_what_it_needs():
     t = get_target("avx2")
     spec = parse_spec("Matmul(1x64x64x60, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
@@ -111,3 +125,6 @@ def test_packed_b_schedule_says_what_it_needs():
     spec = parse_spec("Matmul(2x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
     with pytest.raises(ScheduleError, match="1xMxKxN"):
         avx2_matmul_packed_b(Schedule.for_spec(spec, t))
+    spec = parse_spec("Matmul(1x64x64x48, f32:GL:row, f32:GL:row, f32:GL:row)")
+    with pytest.raises(ScheduleError, match="N % 32 == 0 .* each of 2 threads"):
+        avx2_matmul_packed_b(Schedule.for_spec(spec, get_target("avx2", threads=2)))
