@@ -4,7 +4,11 @@ generated C is compiled and checked against numpy."""
 import pytest
 
 from morello_build.codegen.emit import generate_c
-from morello_build.examples import avx2_matmul_6x16, avx2_matmul_packed_b
+from morello_build.examples import (
+    avx2_matmul_6x16,
+    avx2_matmul_packed_b,
+    matmul_threads_split_columns,
+)
 from morello_build.imp.nodes import Alloc, Kernel, Loop
 from morello_build.imp.printer import iter_nodes
 from morello_build.ir.levels import Level
@@ -115,6 +119,35 @@ def test_packed_b_schedule_splits_columns_between_threads_and_matches_numpy():
     assert isinstance(body, Alloc) and body.operand == 1 and not body.cache_view
     assert body.tensor.shape == (1, 64, 48) and str(body.tensor.layout) == "[2,1,2p16]"
     _verify_with_gcc_and_clang(generate_c(impl, "mm_packed_b_t2", "avx2"))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_split_columns_schedule_gives_each_thread_its_columns_and_matches_numpy(isa):
+    """Built for 2 threads, the threads split C's columns and the search plans each part;
+    for one thread the schedule leaves the Spec to the search."""
+    text = "Matmul(1x40x24x64, f32:GL:row, f32:GL:row, f32:GL:row)"
+    impl = (
+        matmul_threads_split_columns(
+            Schedule.for_spec(parse_spec(text), get_target(isa, threads=2))
+        )
+        .synthesize_rest()
+        .impl
+    )
+    assert isinstance(impl, Loop) and impl.parallel
+    assert impl.children[0].spec.shape == (1, 40, 24, 32)
+    kernel = generate_c(impl, f"mm_split_cols_{isa}", isa)
+    try:
+        r = verify_kernel(kernel)
+    except IsaUnavailable:
+        pytest.skip(f"host lacks {isa}")
+    assert r.ok, r.details
+    one = Schedule.for_spec(parse_spec(text), get_target(isa))
+    assert matmul_threads_split_columns(one) == one
+    with pytest.raises(ScheduleError, match="N % 32 == 0 .* each of 2 threads"):
+        text48 = "Matmul(1x40x24x48, f32:GL:row, f32:GL:row, f32:GL:row)"
+        matmul_threads_split_columns(
+            Schedule.for_spec(parse_spec(text48), get_target(isa, threads=2))
+        )
 
 
 def test_packed_b_schedule_says_what_it_needs():
