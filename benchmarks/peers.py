@@ -161,10 +161,10 @@ def run_one(
             return {"error": _last_line(p)}
         synth = json.loads(p.stdout)
         # 2. ... then the benchmark, which replays the cached solution.
-        extra = ("amx-peak",) if peak_key(target, dtype) == "amx-bf16" else ()
+        beside = {"fma-peak", beside_reference(target, dtype) or "fma-peak"}
         refs = (
             "--peers",
-            ",".join((*PEERS, "fma-peak", *extra, *(("stream-read",) if m == 1 else ()))),
+            ",".join((*PEERS, *sorted(beside), *(("stream-read",) if m == 1 else ()))),
         )
         # A threaded row also times its one-thread kernel in the same harness.
         scaling = ("--scaling",) if threads > 1 else ()
@@ -272,6 +272,16 @@ def peak_key(label: str, dtype: str) -> str:
     if dtype == "bf16" and isa == "avx512" and tune == "zen4":
         return DPBF16_PEAK
     return isa
+
+
+def beside_reference(label: str, dtype: str) -> str | None:
+    """The `morello bench` reference timed beside the kernel that a row counts against:
+    `fma-peak` for the f32 FMAs of its ISA, `amx-peak` for AMX tiles; None for the
+    vdpbf16ps peak, which is only measured apart."""
+    key = peak_key(label, dtype)
+    if key == split_target(label)[0]:
+        return "fma-peak"
+    return "amx-peak" if key == "amx-bf16" else None
 
 
 def _row_peak_key(k: str) -> str:
@@ -402,14 +412,11 @@ def _peak_cell(
     mo = _gf(doc, MORELLO)
     if not mo:
         return "-"
-    key = peak_key(target, dtype)
-    if key == split_target(target)[0]:
-        beside = _gf(doc, "fma-peak")
-    else:
-        beside = _gf(doc, "amx-peak") if key == "amx-bf16" else None
+    ref = beside_reference(target, dtype)
+    beside = _gf(doc, ref) if ref else None
     if beside:
         return f"{100 * mo / beside:.0f}%"
-    peak = peaks.get(key)
+    peak = peaks.get(peak_key(target, dtype))
     return f"{100 * mo / (peak * threads):.0f}%*" if peak else "-"
 
 

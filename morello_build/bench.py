@@ -87,7 +87,8 @@ FMA_PEAK = "fma-peak"
 #: The peers script measured it once, apart (3840 GF/s on the Xeon), so the amx rows' share
 #: of it moved with the VM's clock (the same kernel read 46% and 39% in two runs).
 AMX_PEAK = "amx-peak"
-REFERENCES: tuple[str, ...] = (STREAM_READ, FMA_PEAK, AMX_PEAK)
+COMPUTE_PEAKS: tuple[str, ...] = (FMA_PEAK, AMX_PEAK)
+REFERENCES: tuple[str, ...] = (STREAM_READ, *COMPUTE_PEAKS)
 MORELLO = "morello-build"
 #: A threaded kernel's one-thread counterpart (the same Spec synthesized for one thread),
 #: timed in the same harness so that the scaling is a ratio of interleaved samples: on a
@@ -525,20 +526,25 @@ void morello_bench_amx(long iters, int threads) {
 
 def _reference_iters(name: str, isa: str, flops: int, threads: int) -> tuple[int, int]:
     """(iterations per thread, flops per call) of the compute reference `name` beside a
-    kernel of `flops`: about the kernel's work, at least ~25k cycles per call."""
+    kernel of `flops`: about the kernel's work, at least ~25k cycles per call (so a tiny
+    kernel's reference does not measure call overhead or a parallel region's start)."""
     if name == AMX_PEAK:
-        iters = max(_AMX_MIN_ITERS, -(-flops // (_AMX_ITER_FLOPS * threads)))
-        return iters, iters * _AMX_ITER_FLOPS * threads
-    return _fma_iters(isa, flops, threads)
-
-
-def _fma_iters(isa: str, flops: int, threads: int) -> tuple[int, int]:
-    """(iterations per thread, flops per call) of the FMA reference beside a kernel of
-    `flops`: about the kernel's work, at least `_FMA_MIN_ITERS` iterations."""
-    n, lanes = _FMA_SHAPE[isa]
-    per_iter = n * lanes * 2
-    iters = max(_FMA_MIN_ITERS, -(-flops // (per_iter * threads)))  # >= 1: the asm loop is do-while
+        per_iter, least = _AMX_ITER_FLOPS, _AMX_MIN_ITERS
+    else:
+        n, lanes = _FMA_SHAPE[isa]
+        per_iter, least = n * lanes * 2, _FMA_MIN_ITERS
+    iters = max(least, -(-flops // (per_iter * threads)))  # >= 1: the loops are do-while
     return iters, iters * per_iter * threads
+
+
+def _compute_peak_source(name: str, isa: str) -> tuple[str, str | None]:
+    """The C function of compute reference `name` and, if a kernel of `isa` cannot have
+    it, why."""
+    if name == AMX_PEAK:
+        why = None if isa == "amx" else f"AMX tile products need the amx target, not {isa}"
+        return "morello_bench_amx", why
+    why = None if isa in _FMA_SHAPE else f"the kernel's ISA ({isa}) has no vector FMA"
+    return "morello_bench_fma", why
 
 
 @dataclass(frozen=True)
@@ -613,30 +619,17 @@ def _plan_peers(
                     )
                 )
             continue
-        if name == FMA_PEAK:
-            if abi.isa not in _FMA_SHAPE:
-                skipped[name] = f"the kernel's ISA ({abi.isa}) has no vector FMA"
+        if name in COMPUTE_PEAKS:
+            fn, why_not = _compute_peak_source(name, abi.isa)
+            if why_not:
+                skipped[name] = why_not
             else:
-                iters, _ = _fma_iters(abi.isa, abi.flops, threads)
+                iters, _ = _reference_iters(name, abi.isa, abi.flops, threads)
                 impls.append(
                     _Impl(
                         name,
-                        f"    morello_bench_fma({iters}L, {threads});",
-                        "void morello_bench_fma(long, int);",
-                        reference=True,
-                    )
-                )
-            continue
-        if name == AMX_PEAK:
-            if abi.isa != "amx":
-                skipped[name] = f"AMX tile products need the amx target, not {abi.isa}"
-            else:
-                iters, _ = _reference_iters(AMX_PEAK, abi.isa, abi.flops, threads)
-                impls.append(
-                    _Impl(
-                        name,
-                        f"    morello_bench_amx({iters}L, {threads});",
-                        "void morello_bench_amx(long, int);",
+                        f"    {fn}({iters}L, {threads});",
+                        f"void {fn}(long, int);",
                         reference=True,
                     )
                 )
@@ -925,9 +918,10 @@ def _build(
     files["morello_bench_harness.c"] = _harness_source(
         abi, impls, thread_setup, one_thread is not None
     )
-    if abi.isa in _FMA_SHAPE:
+    timed = {impl.name for impl in impls}
+    if FMA_PEAK in timed:
         files["morello_bench_fma.c"] = _fma_source(abi.isa)
-    if abi.isa == "amx":
+    if AMX_PEAK in timed:
         files["morello_bench_amx.c"] = _amx_source()
     write_sources(workdir, files)
     omp = ["-fopenmp"] if "#pragma omp" in kernel.c_source or threads > 1 else []
@@ -1120,9 +1114,10 @@ def bench_kernel(
         s = samples[name]
         if not s:
             return ImplResult(name, skipped="harness produced no samples")
-        compute_peak = name in (FMA_PEAK, AMX_PEAK)
         flops = (
-            _reference_iters(name, abi.isa, abi.flops, threads)[1] if compute_peak else abi.flops
+            _reference_iters(name, abi.isa, abi.flops, threads)[1]
+            if name in COMPUTE_PEAKS
+            else abi.flops
         )
         med, best = statistics.median(s), min(s)
         gf_med, gf_best = (flops / t / 1e9 if t > 0 else math.inf for t in (med, best))

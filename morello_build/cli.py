@@ -196,13 +196,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     else:
         print(printer.to_text(syn.impl))
         how = (
-            f"schedule {args.schedule}: cost {syn.impl.cost.main}"
+            f", schedule {args.schedule}: cost {syn.impl.cost.main}"
             if args.schedule
-            else f"cost {syn.impl.cost.main}; {syn.solved} Specs solved, "
+            else f": cost {syn.impl.cost.main}; {syn.solved} Specs solved, "
             f"{syn.cache_hits} from the cache, {syn.seconds:.2f} s"
         )
-        where = f"{syn.spec.text()} on {syn.target.isa} ({syn.target.tune})"
-        print(f"\n{where}{', ' if args.schedule else ': '}{how}")
+        print(f"\n{syn.spec.text()} on {syn.target.isa} ({syn.target.tune}){how}")
     return 0
 
 

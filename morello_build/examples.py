@@ -44,6 +44,11 @@ def avx2_matmul_6x16(s: Schedule) -> Schedule:
     return s
 
 
+def _threads(s: Schedule) -> int:
+    """The threads the Spec's program may use (1 for a serial Spec)."""
+    return 1 if s.holes()[0].serial else s.target.processors
+
+
 def _split_columns_between_threads(s: Schedule, who: str) -> tuple[Schedule, int, int]:
     """Check that the Spec is a 1xMxKxN Matmul and, built for T > 1 threads, split C's
     columns between the threads (a multiple of 16 each). Returns the schedule, M and the
@@ -52,7 +57,7 @@ def _split_columns_between_threads(s: Schedule, who: str) -> tuple[Schedule, int
     if len(spec.shape) != 4 or spec.shape[0] != 1:
         raise ScheduleError(f"{who} schedules a 1xMxKxN Matmul, not {spec.text()}")
     _, m, _, n = spec.shape
-    threads = 1 if spec.serial else s.target.processors
+    threads = _threads(s)
     if n % (16 * threads):
         why = "16-column panels" + (f" for each of {threads} threads" if threads > 1 else "")
         raise ScheduleError(f"{who} needs N % {16 * threads} == 0 ({why}), got N={n}")
@@ -104,6 +109,6 @@ def matmul_threads_split_columns(s: Schedule) -> Schedule:
     half plan reads C back per k block, and split so it ran 0.898-0.908x against
     0.988-0.994x; `avx2_matmul_packed_b` splits the columns with a whole-k plan instead.
     """
-    if s.holes()[0].serial or s.target.processors == 1:
+    if _threads(s) == 1:
         return s
     return _split_columns_between_threads(s, "matmul_threads_split_columns")[0]
