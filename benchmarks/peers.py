@@ -12,7 +12,8 @@ directory, so synthesis is cold and its time is reported; the kernel and its pee
 (OpenBLAS, MKL, MKL JIT, an -O3 loop nest) are then timed side by side in one C harness
 (medians of round-robin samples); for avx2 rows the peers are held to AVX2, and on an AMX
 host avx512 rows hold them to AVX-512 without AMX (`morello bench --peer-isa kernel`, the
-default), as on the machines such kernels are for.
+default), as on the machines such kernels are for; on an AVX-512 host OpenBLAS is pinned to
+its AVX-512 kernels (its own detection gives AMD Zen 5 AVX2 ones).
 With ``--repeats N``, a row whose ratio is below ``--repeat-below`` (1.02) is benchmarked N
 more times (synthesis warm) and the table shows the range of those ratios: the VM moves a
 single ratio by a few percent, which decides a verdict near 1.00x.

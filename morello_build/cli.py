@@ -70,7 +70,8 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="tune for a microarchitecture (like gcc's -mtune; same ISA): generic (measured "
         "on a Xeon), zen3 (AMD Zen 3: no software prefetch in matrix-vector loops), zen4 "
-        "(AMD Zen 4: that, and bf16 GEMMs on vdpbf16ps register tiles with --target avx512) "
+        "(AMD Zen 4 and Zen 5: that, and bf16 GEMMs on vdpbf16ps register tiles with --target "
+        "avx512) "
         "or native (this host's) [default: native with --target native, else generic]",
     )
     p.add_argument(
@@ -348,8 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel: hold the peers to the kernel's instruction set when it is older than this"
         " host's best (an avx2 kernel meets MKL with MKL_ENABLE_INSTRUCTIONS=AVX2, OpenBLAS with"
         " OPENBLAS_CORETYPE=Haswell, a -march=haswell loop nest; an avx512 kernel on an AMX"
-        " host meets MKL without AMX, AVX512_E3); host: let them use everything this machine"
-        " has [default: kernel]",
+        " host meets MKL without AMX, AVX512_E3), and pin OpenBLAS to that instruction set's"
+        " kernels when it is the host's (OpenBLAS falls back to AVX2 kernels on CPUs it does"
+        " not know, e.g. AMD Zen 5); host: let them use everything this machine has, as"
+        " they detect it [default: kernel]",
     )
     b.add_argument(
         "--cc",

@@ -252,14 +252,23 @@ def test_peers_are_held_to_an_older_kernel_isa() -> None:
     assert unheld.peer_limit == ""
     with pytest.raises(ValueError, match="peer_isa"):
         bench_kernel(k, peers=["naive"], min_time=FAST, peer_isa="avx512")
-    # A kernel for the host's own ISA meets the peers' best code paths for this host.
+    # A kernel for the host's own ISA meets the peers' best code paths for this host, with
+    # OpenBLAS pinned to that ISA's core (its own detection may pick an older one).
     native = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa=host))
-    assert bench_kernel(native, peers=["naive"], min_time=FAST).peer_limit == ""
+    own = bench_kernel(native, peers=["naive", "openblas"], min_time=FAST)
+    if host in bench_mod.PEER_ISA_LIMITS:
+        core = bench_mod.PEER_ISA_LIMITS[host][0]["OPENBLAS_CORETYPE"]
+        assert own.peer_limit == f"OPENBLAS_CORETYPE={core}"
+    else:
+        assert own.peer_limit == ""
+    if find_openblas().available:
+        assert own.result("openblas").skipped is None, own.result("openblas").skipped
 
 
 def test_avx512_kernels_meet_peers_without_amx_on_an_amx_host() -> None:
     """On a host newer than the kernel (AMX) an avx512 kernel meets AVX-512+BF16 peers
-    (MKL's AVX512_E3, no tile unit); on a plain AVX-512 host nothing is limited."""
+    (MKL's AVX512_E3, no tile unit); on a plain AVX-512 host only OpenBLAS is pinned, to
+    its AVX-512 kernels."""
     from morello_build.target.isa import native_isa
 
     k = matmul_kernel("bavx512", 1, 32, 32, 32)
@@ -269,7 +278,7 @@ def test_avx512_kernels_meet_peers_without_amx_on_an_amx_host() -> None:
     except IsaUnavailable:
         pytest.skip("host lacks AVX-512")
     if native_isa() == "avx512":
-        assert rep.peer_limit == ""
+        assert rep.peer_limit == "OPENBLAS_CORETYPE=CooperLake"
     else:
         assert "MKL_ENABLE_INSTRUCTIONS=AVX512_E3" in rep.peer_limit
         assert "-march=cooperlake" in rep.peer_limit

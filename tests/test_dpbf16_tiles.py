@@ -33,6 +33,9 @@ PACK = "PackBf16Pairs"
 _AMD_ZEN4 = (
     "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 fma avx512f avx512_bf16\n"
 )
+_AMD_ZEN5 = (
+    "vendor_id\t: AuthenticAMD\ncpu family\t: 26\nflags\t\t: fpu avx2 fma avx512f avx512_bf16\n"
+)
 _AMD_ZEN3 = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nflags\t\t: fpu avx2 fma\n"
 _AMD_ZEN2 = "vendor_id\t: AuthenticAMD\ncpu family\t: 23\nflags\t\t: fpu avx2 fma\n"
 _INTEL_SPR = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 fma avx512f avx512_bf16 amx_tile\n"
@@ -40,6 +43,7 @@ _INTEL_SPR = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 fma avx512f avx512_
 
 def test_tune_from_cpuinfo():
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN4) == "zen4"
+    assert isa_mod.tune_from_cpuinfo(_AMD_ZEN5) == "zen4"  # measured alike
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN3) == "zen3"
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN2) == "generic"  # unmeasured
     assert isa_mod.tune_from_cpuinfo(_INTEL_SPR) == "generic"

@@ -116,8 +116,10 @@ def _host_cpu_flags() -> frozenset[str]:
 
 def tune_from_cpuinfo(text: str) -> str:
     """The `Target.tune` for the CPU a /proc/cpuinfo text describes: `zen4` for an AMD CPU
-    with AVX-512 BF16 (Zen 4; Zen 5, also AMD, is assumed alike: unmeasured), `zen3` for
-    an AMD family 19h CPU without it (Zen 3), else `generic` (older AMD cores unmeasured)."""
+    with AVX-512 BF16 (Zen 4, family 19h, and Zen 5, family 1Ah: both retire `vdpbf16ps
+    zmm` at twice the flops of f32 FMAs and lose with software prefetch, see `target.x86`),
+    `zen3` for an AMD family 19h CPU without it (Zen 3), else `generic` (older AMD cores
+    unmeasured)."""
     vendor, family, flags = "", "", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
