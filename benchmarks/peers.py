@@ -36,8 +36,8 @@ measured once, apart, read 88 GF/s on the Zen 3 VM in a run where a 64^3 kernel 
 against the same f32 FMA peak: on the Xeon `vdpbf16ps zmm` retires one per 2 cycles (measured the same way), half the f32
 FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses). With
 ``--tune`` other than generic (the default ``native`` is zen3 on an AMD Zen 3 host, zen4 on
-Zen 4) rows are labelled with it, e.g. ``avx2-zen3``: matrix-vector kernels there have no
-software prefetch. With zen4 the avx512 bf16 GEMMs run on vdpbf16ps register tiles, and
+Zen 4, zen5 on Zen 5) rows are labelled with it, e.g. ``avx2-zen3``: matrix-vector kernels
+there have no software prefetch (zen5's do). With zen4 and zen5 the avx512 bf16 GEMMs run on vdpbf16ps register tiles, and
 their rows count against the measured vdpbf16ps peak (24 independent register vdpbf16ps,
 64 flops each); other GEMM rows are the same kernels as generic ones. bf16 rows of the amx target (AMX tile
 kernels) count against the AMX peak, 4 independent `tdpbf16ps` tiles in a loop, timed in
@@ -65,7 +65,7 @@ from pathlib import Path
 from morello_build.api import cache_target_id
 from morello_build.target.isa import host_supports, native_isa, native_tune
 from morello_build.target.x86 import TUNES as TARGET_TUNES
-from morello_build.target.x86 import get_target
+from morello_build.target.x86 import TUNINGS, get_target
 
 TARGETS = ("avx512", "avx2", "amx")
 DEFAULT_SHAPES = (
@@ -266,11 +266,11 @@ int main(void) {
 
 def peak_key(label: str, dtype: str) -> str:
     """The peak a row is measured against: for bf16, AMX tiles on amx and vdpbf16ps on the
-    avx512 zen4 tuning; else the f32 FMAs of its ISA."""
+    avx512 zen4 and zen5 tunings; else the f32 FMAs of its ISA."""
     isa, tune = split_target(label)
     if dtype == "bf16" and isa == "amx":
         return "amx-bf16"
-    if dtype == "bf16" and isa == "avx512" and tune == "zen4":
+    if dtype == "bf16" and isa == "avx512" and tune in TUNINGS and TUNINGS[tune].fast_dpbf16:
         return DPBF16_PEAK
     return isa
 
@@ -505,7 +505,7 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
             ys2 = [y if y is not None else float("nan") for y in ys]
             ax.plot(xs, ys2, marker="o", label=name, linewidth=2.5 if name == MORELLO else 1.2)
         peak = peaks[split_target(target)[0]]
-        if DPBF16_PEAK in peaks and split_target(target) == ("avx512", "zen4"):
+        if DPBF16_PEAK in peaks and peak_key(target, "bf16") == DPBF16_PEAK:
             dp = peaks[DPBF16_PEAK]
             ax.axhline(dp, color="g", linestyle=":", label=f"vdpbf16ps peak ({dp:.0f})")
         if target == "amx":
@@ -570,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=TUNES,
         default="native",
         help="morello's --tune for every row: native is this host's (zen3 on AMD Zen 3, zen4 on"
-        " Zen 4, where avx512 bf16 GEMMs use vdpbf16ps); rows of a tuning other than generic"
+        " Zen 4, zen5 on Zen 5; with the last two avx512 bf16 GEMMs use vdpbf16ps); rows of a tuning other than generic"
         " are labelled with it, e.g. avx2-zen3 [default: native]",
     )
     ap.add_argument("--report-only", action="store_true", help="print/plot the results file")
@@ -638,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         how = "measured: 24 independent register FMAs (12 on avx2), best of 7"
         if dpbf16_rows and host_supports("avx512"):
             peaks[DPBF16_PEAK] = dpbf16_peak_gflops()
-            how += "; avx512-zen4 bf16: 24 independent vdpbf16ps zmm"
+            how += "; avx512-zen4/zen5 bf16: 24 independent vdpbf16ps zmm"
         elif dpbf16_rows and DPBF16_PEAK in stored:
             peaks[DPBF16_PEAK] = float(stored[DPBF16_PEAK])
         if "amx" in in_file and host_supports("amx"):
@@ -657,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         + "): "
         + ", ".join(f"{t} {p:.0f} GF/s" for t, p in sorted(peaks.items()))
         + "; avx512/avx2 bf16 rows use the f32 peak (bf16 widens to f32 there),"
-        + " avx512-zen4 bf16 rows the vdpbf16ps peak, amx bf16 rows the AMX tile peak."
+        + " avx512-zen4/zen5 bf16 rows the vdpbf16ps peak, amx bf16 rows the AMX tile peak."
         + " The % FMA peak column is against `fma-peak`, the same register FMAs timed"
         + " round-robin with the kernel in its harness on all of its threads (amx bf16 rows:"
         + " `amx-peak`, the same tile products timed so); a value marked *"

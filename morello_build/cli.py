@@ -70,8 +70,8 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="tune for a microarchitecture (like gcc's -mtune; same ISA): generic (measured "
         "on a Xeon), zen3 (AMD Zen 3: no software prefetch in matrix-vector loops), zen4 "
-        "(AMD Zen 4 and Zen 5: that, and bf16 GEMMs on vdpbf16ps register tiles with --target "
-        "avx512) "
+        "(AMD Zen 4: that, and bf16 GEMMs on vdpbf16ps register tiles with --target avx512), "
+        "zen5 (AMD Zen 5: those bf16 GEMMs, with the prefetch) "
         "or native (this host's) [default: native with --target native, else generic]",
     )
     p.add_argument(

@@ -43,7 +43,7 @@ _INTEL_SPR = "vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 fma avx512f avx512_
 
 def test_tune_from_cpuinfo():
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN4) == "zen4"
-    assert isa_mod.tune_from_cpuinfo(_AMD_ZEN5) == "zen4"  # measured alike
+    assert isa_mod.tune_from_cpuinfo(_AMD_ZEN5) == "zen5"
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN3) == "zen3"
     assert isa_mod.tune_from_cpuinfo(_AMD_ZEN2) == "generic"  # unmeasured
     assert isa_mod.tune_from_cpuinfo(_INTEL_SPR) == "generic"
@@ -70,6 +70,8 @@ def test_tune_is_part_of_the_target_and_its_cache_table():
         assert t.tune == "zen4" and not t.fast_dpbf16 and t != get_target(isa)
         assert cache_target_id(t) == f"{isa}-zen4"
     assert not get_target("avx512", 1, "zen3").fast_dpbf16
+    zen5 = get_target("avx512", 1, "zen5")
+    assert zen5.fast_dpbf16 and cache_target_id(zen5) == "avx512-zen5"
     assert get_target("x86-64", 1, "zen4") == get_target("x86-64")
 
 
@@ -148,7 +150,7 @@ def test_cli_tune():
     bad = _morello("synth", "matmul", "8x8x8", "--tune", "zen9", "--no-cache")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == (
-        "morello: error: unknown tune 'zen9'; expected native, generic, zen3, zen4"
+        "morello: error: unknown tune 'zen9'; expected native, generic, zen3, zen4, zen5"
     )
     ok = _morello(
         "synth", "matmul", "16x32x32", "--dtype", "bf16", "--target", "avx512",
@@ -199,5 +201,5 @@ def test_a_bad_tune_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError) as exc:
         _config(tmp_path, 'tune = "zen9"\n' + _KERNELS)
     assert str(exc.value) == (
-        f'{tmp_path / "morello.toml"}: tune: expected one of "native", "generic", "zen3", "zen4", got "zen9"'
+        f'{tmp_path / "morello.toml"}: tune: expected one of "native", "generic", "zen3", "zen4", "zen5", got "zen9"'
     )

@@ -329,11 +329,12 @@ def _row_start(ctx: Ctx, view: View, coord: tuple[int, ...], axis: int, length: 
 #:   Zen 4 avx512 bf16   16.92 / 24.99 GF/s (1.238x / 1.728x of the -O3 loop nest)
 #:   Zen 3 avx2 f32      0.798-0.846x / 1.001-1.089x of the best peer (3 rounds)
 #:   Zen 3 avx2 bf16     1.184-1.286x / 1.401-1.454x of the loop nest (3 rounds)
-#: On Zen 5 (which `--tune native` also tunes as zen4) they are neutral within its noise:
-#:   Zen 5 avx512 f32    18.25 / 19.24 GF/s (1.161x / 1.177x of the loop nest)
-#:   Zen 5 avx2 f32      15.79, 13.61 / 14.78, 14.12 GF/s (two runs each)
-#:   Zen 5 avx512 bf16   73% / 76% of a streaming read of B; prefetching 4 or 16 KiB ahead
-#:                       instead: 61-62% and 71-74% (two runs each)
+#: On Zen 5 they win or tie, so its tuning (zen5) keeps them; 1x2048x16384, 3 interleaved
+#: rounds of one harness run each, share of a streaming read of B, with / without:
+#:   Zen 5 avx2 bf16     85-96% / 61-72% (six more runs without: 63-72%)
+#:   Zen 5 avx2 f32      89-98% / 89-90%
+#:   Zen 5 avx512 bf16   74-87% / 68-82% (it swings: six runs without read 73-102%)
+#:   Zen 5 avx512 f32    none emitted (256 bytes per row per step)
 STREAM_PREFETCH_AHEAD = 512
 STREAM_PREFETCH_MAX_STEP_BYTES = 128
 STREAM_PREFETCH_MIN_ROW = 4 * STREAM_PREFETCH_AHEAD

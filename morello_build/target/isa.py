@@ -115,11 +115,10 @@ def _host_cpu_flags() -> frozenset[str]:
 
 
 def tune_from_cpuinfo(text: str) -> str:
-    """The `Target.tune` for the CPU a /proc/cpuinfo text describes: `zen4` for an AMD CPU
-    with AVX-512 BF16 (Zen 4, family 19h, and Zen 5, family 1Ah: both retire `vdpbf16ps
-    zmm` at twice the flops of f32 FMAs and lose with software prefetch, see `target.x86`),
-    `zen3` for an AMD family 19h CPU without it (Zen 3), else `generic` (older AMD cores
-    unmeasured)."""
+    """The `Target.tune` for the CPU a /proc/cpuinfo text describes: for an AMD CPU with
+    AVX-512 BF16, `zen4` in family 19h (Zen 4) and `zen5` in family 1Ah and later (Zen 5);
+    `zen3` for an AMD family 19h CPU without it (Zen 3); else `generic` (older AMD cores
+    unmeasured). See `target.x86` for what each changes."""
     vendor, family, flags = "", "", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -133,7 +132,7 @@ def tune_from_cpuinfo(text: str) -> str:
     if vendor != "AuthenticAMD":
         return "generic"
     if {"avx512f", "avx512_bf16"} <= flags:
-        return "zen4"
+        return "zen5" if family.isdigit() and int(family) >= 26 else "zen4"
     if family == "25" and "avx2" in flags:
         return "zen3"
     return "generic"

@@ -34,11 +34,13 @@ same flops as two ymm FMAs, and one `vdpbf16ps zmm` per cycle too, i.e. *twice* 
 of f32 FMAs (234 GF/s counted as bf16 flops), where the Xeon retires one per 2 cycles (half
 its f32 rate). So on Zen 4 a bf16 GEMM on `vdpbf16ps` register tiles (B packed in k-pairs,
 `target.kernels.Dpbf16TileBf16F32`) beats widening to f32, and on the Xeon it loses; that
-changes the search on the avx512 target only. AMD Zen 5 (family 1Ah) gets the same
-tuning: its AVX-512 units are 512 bits wide (f32 FMA peak 230 GF/s with zmm, 116 with ymm,
-`morello bench --peers fma-peak`), and `vdpbf16ps zmm` still retires at the FMA rate, twice
-the flops (458 GF/s in the same harness; bf16 256^3 on vdpbf16ps tiles ran 423 GF/s, 92% of
-that, 4.4x the -O3 loop nest); the generic f32 kernels run at 87-99% of the FMA peak there.
+changes the search on the avx512 target only. `zen5` is AMD Zen 5 (family 1Ah): its
+AVX-512 units are 512 bits wide (f32 FMA peak 230 GF/s with zmm, 116 with ymm, `morello
+bench --peers fma-peak`), and `vdpbf16ps zmm` still retires at the FMA rate, twice the flops
+(458 GF/s in the same harness; bf16 256^3 on vdpbf16ps tiles ran 423 GF/s, 92% of that,
+4.4x the -O3 loop nest), so its search is zen4's; the generic f32 kernels run at 87-99% of
+the FMA peak there. Unlike Zen 4 it gains from the software prefetch of the streaming
+matrix-vector loop, as the Xeon does (figures at `codegen.kernels.STREAM_PREFETCH_AHEAD`).
 `zen3` is AMD Zen 3 (AVX2, no AVX-512).
 On both AMD cores the software prefetch of the streaming matrix-vector loop, a win on the
 Xeon, loses (`codegen.kernels.STREAM_PREFETCH_AHEAD` has the measurements), so their
@@ -85,6 +87,7 @@ TUNINGS: dict[str, Tuning] = {
         Tuning("generic"),
         Tuning("zen3", stream_prefetch=False),
         Tuning("zen4", fast_dpbf16=True, stream_prefetch=False),
+        Tuning("zen5", fast_dpbf16=True),
     )
 }
 #: Tuning names (`Target.tune`), the default first.
