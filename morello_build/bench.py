@@ -163,8 +163,8 @@ def _peer_isa_settings(isa: str, peer_isa: str) -> tuple[dict[str, str], tuple[s
     A kernel older than the host meets all of `PEER_ISA_LIMITS`. A kernel for the host's
     own ISA still pins OpenBLAS to that ISA's core: OpenBLAS picks its kernels by CPU
     model, and on a CPU it does not know falls back to older ones (0.3.34 on AMD Zen 5,
-    family 1Ah, picks Haswell: AVX2 on an AVX-512 core; f32 512^3 ran 104.8 GF/s so
-    against 199.5 with its CooperLake kernels, one harness run each)."""
+    family 1Ah, picks Haswell: AVX2 on an AVX-512 core; f32 512^3 ran 104.8 GF/s on those
+    against 199.5 on its CooperLake kernels, one harness run each)."""
     if peer_isa != "kernel" or isa not in PEER_ISA_LIMITS:
         return {}, _HOST_NAIVE_FLAGS
     limit_env, naive_flags = PEER_ISA_LIMITS[isa]
