@@ -37,8 +37,8 @@ against the same f32 FMA peak: on the Xeon `vdpbf16ps zmm` retires one per 2 cyc
 FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses). With
 ``--tune`` other than generic (the default ``native`` is zen3 on an AMD Zen 3 host, zen4 on
 Zen 4, zen5 on Zen 5) rows are labelled with it, e.g. ``avx2-zen3``: matrix-vector kernels
-there have no software prefetch (zen5's do). With zen4 and zen5 the avx512 bf16 GEMMs run on vdpbf16ps register tiles, and
-their rows count against the measured vdpbf16ps peak (24 independent register vdpbf16ps,
+there have no software prefetch (zen5's do). With zen4 and zen5 the avx512 bf16 GEMMs run
+on vdpbf16ps register tiles, and their rows count against the measured vdpbf16ps peak (24 independent register vdpbf16ps,
 64 flops each); other GEMM rows are the same kernels as generic ones. bf16 rows of the amx target (AMX tile
 kernels) count against the AMX peak, 4 independent `tdpbf16ps` tiles in a loop, timed in
 their own harness too (`morello bench --peers ...,amx-peak`).
@@ -570,8 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=TUNES,
         default="native",
         help="morello's --tune for every row: native is this host's (zen3 on AMD Zen 3, zen4 on"
-        " Zen 4, zen5 on Zen 5; with the last two avx512 bf16 GEMMs use vdpbf16ps); rows of a tuning other than generic"
-        " are labelled with it, e.g. avx2-zen3 [default: native]",
+        " Zen 4, zen5 on Zen 5; with the last two avx512 bf16 GEMMs use vdpbf16ps); rows of a"
+        " tuning other than generic are labelled with it, e.g. avx2-zen3 [default: native]",
     )
     ap.add_argument("--report-only", action="store_true", help="print/plot the results file")
     args = ap.parse_args(argv)

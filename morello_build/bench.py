@@ -135,6 +135,7 @@ class ImplResult:
 #: Peers held to a kernel's instruction set when it is older than the host's best: a kernel built
 #: for AVX2 machines is compared with the BLAS those machines would run, not with this
 #: host's AVX-512 code paths. Environment for the peer libraries, flags for the naive loop.
+#: (For a kernel of the host's own ISA only the OpenBLAS core is taken: `_peer_isa_settings`.)
 PEER_ISA_LIMITS: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {
     # AVX-512 with BF16 but without AMX (MKL's AVX512_E3 = Cooper Lake): on an AMX host,
     # MKL's bf16 GEMM would otherwise run on the tile unit, which avx512 machines lack.

@@ -21,7 +21,8 @@ from pathlib import Path
 
 #: `bench_kernel(peer_isa=...)` choices: "kernel" holds the peers to the kernel's ISA
 #: (`bench.PEER_ISA_LIMITS`: all of them when it is older than the host's best, else only
-#: OpenBLAS's choice of kernels); "host" lets them use all of this host as they detect it. Here, not in `bench`, so the command line can offer them without numpy.
+#: OpenBLAS's choice of kernels); "host" lets them use all of this host as they detect it.
+#: Here, not in `bench`, so the command line can offer them without numpy.
 PEER_ISAS = ("kernel", "host")
 
 

@@ -38,7 +38,7 @@ def _check(kernel, what: str) -> None:
         ("avx512", "bf16", 64, 2048),
     ],
 )
-def test_amd_tunings_stream_without_prefetch(isa, dtype, k, n):
+def test_tunings_stream_with_or_without_prefetch(isa, dtype, k, n):
     spec = matmul_spec_text(1, 1, k, n, dtype=dtype)
     impl = synthesize(spec, isa, use_cache=False).impl
     by_tune = {t: generate_c(impl, "mv", isa, tune=t) for t in TUNINGS}

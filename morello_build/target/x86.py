@@ -43,8 +43,8 @@ the FMA peak there. Unlike Zen 4 it gains from the software prefetch of the stre
 matrix-vector loop, as the Xeon does (figures at `codegen.kernels.STREAM_PREFETCH_AHEAD`).
 `zen3` is AMD Zen 3 (AVX2, no AVX-512).
 On Zen 3 and Zen 4 the software prefetch of the streaming matrix-vector loop, a win on the
-Xeon and on Zen 5, loses (`codegen.kernels.STREAM_PREFETCH_AHEAD` has the measurements), so their
-tunings turn it off: a code generation choice on every vector target. Zen 3's L1 holds
+Xeon and on Zen 5, loses (`codegen.kernels.STREAM_PREFETCH_AHEAD` has the measurements),
+so their tunings turn it off: a code generation choice on every vector target. Zen 3's L1 holds
 32 KiB, half the model's; an L1 of 512 lines for zen3 was tried and lost: its 512^3 plan
 (32 KiB of L1 tiles) ran 0.951-0.982x of the best peer against 0.996-1.059x for the 64 KiB
 plan (3 interleaved rounds, one harness run each), so the model keeps 64 KiB (the L2 behind
