@@ -77,8 +77,15 @@ def avx2_matmul_packed_b(s: Schedule) -> Schedule:
     0.977-0.984x, 0.974-1.023x and 0.978-1.038x for the search's own plan (k blocks of 128,
     C zeroed in memory and then read and written once per block). On the Xeon, 3
     interleaved rounds: 124.5-125.3 GF/s (1.039-1.046x) against 120.1-121.0 (1.005-1.009x).
-    The model prices this plan 15% higher: it cannot see that the search's 32 KiB block of
-    A, rows 2 KiB apart, does not stay in L1 while the panels of B pass.
+    On Zen 4, 3 interleaved rounds: 1.003-1.060x of OpenBLAS against 0.990-0.995x, and on
+    2 threads 1.010-1.115x against 1.013-1.033x.
+
+    The model prices this plan 15% higher. It reads 6-row strips of a 64-row block of A
+    (128 KiB) once per panel, from L2 in fact, but the AVX2 model has no L2 and prices them
+    as main memory. Measured on Zen 4 (README), the search's plan does not lose on its A
+    block in L1 (copied to a dense buffer instead of viewed in place it ran no faster) nor
+    on its passes over C (fewer k blocks with fewer rows each ran slower); an AVX2 L2 of
+    512 KiB-1 MiB made the search stream all of A from L2 instead (0.87-0.91x).
 
     2 threads, Xeon, 3 interleaved rounds: 244.7-251.4 GF/s (1.021-1.028x of MKL) against
     242.2-243.1 (0.988-0.994x) for the search's plan, which splits the rows (each thread
