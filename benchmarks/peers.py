@@ -476,10 +476,12 @@ def _repeats_cell(ratios: object) -> str:
     return f"{min(vals):.3f}-{max(vals):.3f}x ({len(vals)})"
 
 
-def _order(k: str) -> tuple[str, str, int, int, int, int]:
+def _order(k: str) -> tuple[str, bool, str, int, int, int, int]:
+    """Rows in the issue's order: per target, f32 shapes by size (threaded ones last), then
+    the other dtypes."""
     target, shape = k.split("/", 1)
     dtype, (m, kk, n), threads = parse_shape(shape)
-    return (target, dtype, threads, m * kk * n, m, n)
+    return (target, dtype != "f32", dtype, threads, m * kk * n, m, n)
 
 
 def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: Path) -> None:

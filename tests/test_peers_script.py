@@ -191,3 +191,21 @@ def test_thread_scaling_pairs_each_threaded_row_with_its_one_thread_row(
         "avx2 256x256x256 f32, 2 threads: 1.50x",
         "avx2 512x512x512 f32, 2 threads: 1.87x (repeats 1.84-1.90x, 2 runs)",
     ]
+
+
+def test_rows_are_in_the_issues_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per target: f32 shapes by size (multiply-adds) with threaded rows after them, then
+    bf16 shapes."""
+    mod = _peers_module(monkeypatch, ("avx2",))
+    keys = ["avx2/bf16:256", "avx2/512@2", "avx2/512", "avx2/8", "avx2/1x1024x1024"]
+    keys += ["avx2/bf16:1x2048x16384", "avx512/8", "avx2/100x37x250"]
+    assert sorted(keys, key=mod._order) == [  # type: ignore[attr-defined]
+        "avx2/8",
+        "avx2/100x37x250",  # 0.93M multiply-adds
+        "avx2/1x1024x1024",  # 1.05M
+        "avx2/512",
+        "avx2/512@2",
+        "avx2/bf16:256",
+        "avx2/bf16:1x2048x16384",
+        "avx512/8",
+    ]
