@@ -85,7 +85,8 @@ def avx2_matmul_packed_b(s: Schedule) -> Schedule:
     as main memory. Measured on Zen 4 (README), the search's plan does not lose on its A
     block in L1 (copied to a dense buffer, or of 32 or 16 rows instead of 64, it ran no
     faster) nor on its passes over C (fewer k blocks with fewer rows each ran slower); an
-    AVX2 L2 of 512 KiB-1 MiB made the search stream all of A from L2 instead (0.87-0.91x).
+    AVX2 L2 of 512 KiB-1 MiB made the search stream all of A from L2 instead (0.87-0.91x),
+    one of 128 KiB picked another k-blocked plan, no faster.
 
     2 threads, Xeon, 3 interleaved rounds: 244.7-251.4 GF/s (1.021-1.028x of MKL) against
     242.2-243.1 (0.988-0.994x) for the search's plan, which splits the rows (each thread
