@@ -20,6 +20,8 @@ from morello_build.imp.nodes import Impl
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, LogicalSpec, Spec
 from morello_build.ir.text import parse_spec
+from morello_build.memo.persistent import PersistentMemo
+from morello_build.memo.persistent import cache_target_id as cache_target_id  # re-export
 from morello_build.search.dp import Progress, Search
 from morello_build.search.memo import DictMemo, Memo
 from morello_build.target.isa import native_isa
@@ -76,26 +78,10 @@ class Synthesis:
     seconds: float
 
 
-def cache_target_id(target: Target) -> str:
-    """The persistent cache's target name: the ISA, its tuning unless generic, and the
-    thread count when above one (e.g. `avx512`, `avx512-zen4`, `avx2-zen3`, `avx512-zen4-t2`).
-
-    The cache stores indices into a Spec's action list, and a Spec that may run in
-    parallel has parallel tilings in that list only when the target has several threads;
-    the same index would name another action at another thread count. A tuning may change
-    costs and the action list (vdpbf16ps tiles), so it is a table of its own too (one that
-    changes only the C, like zen3's, still gets one: the rule stays one line).
-    """
-    name = target.isa if target.tune == "generic" else f"{target.isa}-{target.tune}"
-    return name if target.processors == 1 else f"{name}-t{target.processors}"
-
-
 def make_memo(target: Target, use_cache: bool) -> Memo:
     if not use_cache:
         return DictMemo()
-    from morello_build.memo.persistent import PersistentMemo
-
-    return PersistentMemo(cache_target_id(target))
+    return PersistentMemo(target)
 
 
 def synthesize(

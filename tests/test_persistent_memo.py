@@ -9,6 +9,7 @@ import pytest
 from morello_build.api import synthesize
 from morello_build.memo.persistent import PersistentMemo
 from morello_build.memo.store import verify
+from morello_build.target.x86 import get_target
 
 
 @pytest.fixture()
@@ -29,8 +30,8 @@ SPECS = [
 @pytest.mark.parametrize("text, isa", SPECS)
 def test_compressed_table_picks_the_same_impls_as_the_dict(cache_dir, text, isa):
     plain = synthesize(text, isa, use_cache=False)
-    cold = synthesize(text, isa, memo=PersistentMemo(isa))
-    warm = synthesize(text, isa, memo=PersistentMemo(isa))
+    cold = synthesize(text, isa, memo=PersistentMemo(get_target(isa)))
+    warm = synthesize(text, isa, memo=PersistentMemo(get_target(isa)))
     assert cold.impl == plain.impl
     assert warm.impl == plain.impl
     assert cold.solved > 0 and warm.solved == 0
@@ -84,10 +85,10 @@ def test_buffered_puts_reach_the_table_with_the_dps_answers(cache_dir):
     """Puts are buffered and bulk-inserted at flush: a fresh memo reading the files gives
     the same answer as the DP's own boxes at both corners of every box."""
     text = "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
-    cold = PersistentMemo("avx512")
+    cold = PersistentMemo(get_target("avx512"))
     synthesize(text, "avx512", memo=cold)
     assert not cold._pending  # flushed
-    fresh = PersistentMemo("avx512")
+    fresh = PersistentMemo(get_target("avx512"))
     checked = 0
     for spec in cold.logical_specs():
         for lo, hi, hit in cold._boxes[id(spec)][1]:
@@ -105,7 +106,6 @@ def test_thread_counts_have_their_own_cache_tables():
     from morello_build.actions.enumerate import actions_for
     from morello_build.api import cache_target_id
     from morello_build.ir.text import parse_spec
-    from morello_build.target.x86 import get_target
 
     one, two = get_target("avx512", 1), get_target("avx512", 2)
     assert cache_target_id(one) == "avx512" and cache_target_id(two) == "avx512-t2"

@@ -8,6 +8,8 @@ The search never builds Impl objects for candidates; it only combines Plans.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from morello_build.ir.limits import Limits
@@ -26,6 +28,10 @@ class Plan(NamedTuple):
 
 
 class Action(Protocol):
+    """A rewrite: an immutable, hashable value (frozen dataclasses all)."""
+
+    def __hash__(self) -> int: ...
+
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         """The plan, or None when the action does not apply to this logical Spec."""
 
@@ -34,3 +40,15 @@ class Action(Protocol):
 
     def describe(self) -> str:
         """Short text used in printed trees and errors."""
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def action_fingerprint(action: Action) -> int:
+    """A 32-bit digest of what `action` does (its type and fields, via its dataclass repr).
+
+    The memo stores an action as an index into the Spec's action list; the fingerprint
+    stored beside it lets a replay check that the index still names the same rewrite, so a
+    stale or forged cache entry is re-solved instead of replayed as another program.
+    """
+    digest = hashlib.blake2b(repr(action).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")

@@ -14,10 +14,14 @@ logical Spec text whose points are the memory coordinates only.
 
 from __future__ import annotations
 
-from morello_build.ir.layout import Layout
+from morello_build.errors import SpecError
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.layout import Layout, PhysDim
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
-from morello_build.ir.spec import LogicalSpec
+from morello_build.ir.spec import KINDS, LogicalSpec, canonical, operand_shapes
+from morello_build.ir.tensorspec import TensorSpec
+from morello_build.ir.text import parse_spec
 
 _INT32_MAX = (1 << 31) - 1
 
@@ -92,3 +96,63 @@ def locate(spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
     if pt is not None:
         return "lin/" + table_key(spec), pt
     return "ns/" + spec.text(), ()
+
+
+def _decode_layout(code: int, rank: int, contig_gap: int) -> Layout | None:
+    """Inverse of `layout_code` (None for a code no layout of `rank` has)."""
+    radix = rank * 3 * 16 + 1
+    dims: list[PhysDim] = []
+    while code:
+        code, digit = divmod(code, radix)
+        if digit == 0:
+            return None
+        ak, size = divmod(digit - 1, 16)
+        axis, kind = divmod(ak, 3)
+        if axis >= rank:
+            return None
+        dims.append(PhysDim(axis, kind, 1 << size if kind else 0))
+    dims.reverse()
+    contig = len(dims) - contig_gap
+    if not 0 <= contig <= len(dims):
+        return None
+    return Layout(tuple(dims), contig)
+
+
+def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
+    """The Spec stored at non-memory `point` of table `key` (inverse of `locate`), or None
+    when no Spec maps there. Lets `morello cache verify` check stored answers against the
+    action lists they index, without knowing which Specs wrote them."""
+    if key.startswith("ns/"):
+        try:
+            spec = parse_spec(key[3:])
+        except SpecError:
+            return None
+        return spec if locate(spec) == (key, point) else None
+    linear = key.startswith("lin/")
+    kind, _, rest = (key[4:] if linear else key).partition("/")
+    dtype_names, _, rank_text = rest.partition("/")
+    try:
+        rank = int(rank_text)
+        dtypes = tuple(Dtype(d) for d in dtype_names.split(","))
+    except ValueError:
+        return None
+    if kind not in KINDS or len(point) != 1 + rank + 4 * len(dtypes) + 1:
+        return None
+    shape = tuple(c + 1 if linear else 1 << c for c in point[1 : 1 + rank])
+    if max(point[1 : 1 + rank], default=0) > 62:
+        return None
+    shapes = operand_shapes(kind, shape)
+    if len(shapes) != len(dtypes):
+        return None
+    operands = []
+    for i, (dtype, oshape) in enumerate(zip(dtypes, shapes)):
+        level_c, code, gap, vs_c = point[1 + rank + 4 * i : 5 + rank + 4 * i]
+        if not 0 <= level_c < len(Level):
+            return None
+        layout = _decode_layout(code, len(oshape), gap)
+        if layout is None or vs_c > 62:
+            return None
+        vector_size = 1 << (vs_c - 1) if vs_c else None
+        operands.append(TensorSpec(oshape, dtype, Level(level_c), layout, vector_size))
+    spec = canonical(kind, point[0] == 0, shape, tuple(operands), point[-1] == 0)
+    return spec if locate(spec) == (key, point) else None

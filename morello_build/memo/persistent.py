@@ -9,50 +9,76 @@ optimal programs are the same action at a different trip count share one box.
 
 from __future__ import annotations
 
-import hashlib
+import itertools
+import re
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
+from morello_build.actions.base import action_fingerprint
+from morello_build.actions.enumerate import actions_for
+from morello_build.errors import SpecError
 from morello_build.imp.cost import Cost
 from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
-from morello_build.ir.spec import LogicalSpec
-from morello_build.memo.coords import limit_from_coord, locate, memory_coords
-from morello_build.memo.store import CacheStore
+from morello_build.ir.spec import LogicalSpec, intern
+from morello_build.memo.coords import limit_from_coord, locate, memory_coords, spec_at
+from morello_build.memo.schema import schema_stamp
+from morello_build.memo.store import CacheStore, PageFormatError, cache_root, scan_pages
 from morello_build.memo.value import UNSAT, MemoValue, Unsat
 from morello_build.search.dp import gc_paused
 from morello_build.search.memo import Box, DictMemo, Hit, Result, Solution, find_box
+from morello_build.target.x86 import TUNES, Target, get_target
 
-#: Bump by hand on any semantic change; the source hash below catches the rest.
-SCHEMA_VERSION = 1
-
-_SCHEMA_SOURCES = (
-    "ir/layout.py",
-    "ir/limits.py",
-    "ir/tensorspec.py",
-    "ir/spec.py",
-    "target/x86.py",
-    "target/kernels.py",
-    "actions/enumerate.py",
-    "actions/move.py",
-    "actions/tile.py",
-    "actions/accum.py",
-    "actions/select.py",
-    "search/dp.py",
-    "memo/coords.py",
-    "memo/persistent.py",
-)
+#: Points of one box checked by `verify_replays` (a box may span thousands of shapes; its
+#: first points and its far corner are checked).
+VERIFY_POINTS_PER_BOX = 64
 
 
-def schema_stamp() -> str:
-    """Covers the action enumeration, cost model and coordinate map: any edit starts a
-    fresh table, so stored action indices can never be replayed against another list."""
-    h = hashlib.sha256(str(SCHEMA_VERSION).encode())
-    root = Path(__file__).resolve().parent.parent
-    for rel in _SCHEMA_SOURCES:
-        h.update(rel.encode())
-        h.update((root / rel).read_bytes())
-    return f"v{SCHEMA_VERSION}-{h.hexdigest()[:12]}"
+def cache_target_id(target: Target) -> str:
+    """The persistent cache's target name: the ISA, its tuning unless generic, and the
+    thread count when above one (e.g. `avx512`, `avx512-zen4`, `avx2-zen3`, `avx512-zen4-t2`).
+
+    The cache stores indices into a Spec's action list, and a Spec that may run in
+    parallel has parallel tilings in that list only when the target has several threads;
+    the same index would name another action at another thread count. A tuning may change
+    costs and the action list (vdpbf16ps tiles), so it is a table of its own too (one that
+    changes only the C, like zen3's, still gets one: the rule stays one line).
+    """
+    name = target.isa if target.tune == "generic" else f"{target.isa}-{target.tune}"
+    return name if target.processors == 1 else f"{name}-t{target.processors}"
+
+
+def target_from_cache_id(target_id: str) -> Target | None:
+    """Inverse of `cache_target_id` (None for a name no target has)."""
+    m = re.fullmatch(r"(amx|avx512|avx2|x86-64)(?:-([a-z0-9]+))?(?:-t([0-9]{1,4}))?", target_id)
+    if m is None or (m[2] is not None and (m[2] not in TUNES or m[2] == "generic")):
+        return None
+    threads = int(m[3]) if m[3] else 1
+    if threads < 2 and m[3]:
+        return None
+    try:
+        target = get_target(m[1], threads, m[2] or "generic")
+    except SpecError:
+        return None
+    return target if cache_target_id(target) == target_id else None
+
+
+def replay_problem(target: Target, spec: LogicalSpec, value: MemoValue) -> str | None:
+    """Why replaying `value` for `spec` would not rebuild the program it was stored for
+    (None when it would): its action index is out of the Spec's list, or the action there
+    is not the one whose fingerprint was stored."""
+    acts = actions_for(intern(spec), target)
+    if value.action >= len(acts):
+        return f"action {value.action} of {spec.text()} is out of range (it has {len(acts)})"
+    found = action_fingerprint(acts[value.action][0])
+    if found != value.fingerprint:
+        return (
+            f"action {value.action} of {spec.text()} has fingerprint {found:08x},"
+            f" the cache recorded {value.fingerprint:08x}"
+        )
+    return None
 
 
 class PersistentMemo(DictMemo):
@@ -65,10 +91,14 @@ class PersistentMemo(DictMemo):
     merging them into the pages one by one while the DP runs.
     """
 
-    def __init__(self, target_id: str, root: Path | None = None) -> None:
+    def __init__(self, target: Target, root: Path | None = None) -> None:
         super().__init__()
-        self.store = CacheStore(schema_stamp(), target_id, root=root, memory_dims=LEVEL_COUNT)
+        self.target = target
+        self.store = CacheStore(
+            schema_stamp(), cache_target_id(target), root=root, memory_dims=LEVEL_COUNT
+        )
         self.cache_hits = 0
+        self.rejected = 0  # cached answers that failed the replay check (re-solved)
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
         self._pending: list[tuple[LogicalSpec, Limits, Result]] = []
 
@@ -89,10 +119,16 @@ class PersistentMemo(DictMemo):
 
     def _seed(self, spec: LogicalSpec) -> tuple[LogicalSpec, list[Box]]:
         """Copy everything the table knows about `spec`, at every memory limit, into the
-        in-memory boxes (an empty list when it knows nothing); return the entry."""
+        in-memory boxes (an empty list when it knows nothing); return the entry.
+
+        Each stored action is checked against `spec`'s action list first: one that does not
+        replay (`replay_problem`) condemns its page, which is dropped, reported and
+        rewritten at the next flush, and `spec` is left to the DP to solve again.
+        """
         entry: tuple[LogicalSpec, list[Box]] = (spec, [])
         self._boxes[id(spec)] = entry
         key, pt = self._locate(spec)
+        boxes: list[tuple[Limits, Limits, Result]] = []
         for lo_c, hi_c, value in self.store.table.slice_at(key, pt):
             result: Result
             if value is UNSAT:
@@ -102,9 +138,16 @@ class PersistentMemo(DictMemo):
                 main = value.intensity * spec.volume
                 if main.denominator != 1:
                     continue  # not a value for this Spec: ignore it, recompute
+                problem = replay_problem(self.target, spec, value)
+                if problem is not None:
+                    self.store.reject_page(key, pt, problem)
+                    self.rejected += 1
+                    return entry
                 result = Solution(value.action, Cost(int(main), tuple(value.peaks), value.depth))
             lo = tuple(limit_from_coord(i, c, low=True) for i, c in enumerate(lo_c))
             hi = tuple(limit_from_coord(i, c) for i, c in enumerate(hi_c))
+            boxes.append((lo, hi, result))
+        for lo, hi, result in boxes:
             self.add_box(spec, lo, hi, result)
             self.cache_hits += 1
         return entry
@@ -132,11 +175,16 @@ class PersistentMemo(DictMemo):
             else:
                 c = result.cost
                 lo = c.peaks
-                vkey = (c.main, spec.volume, c.peaks, c.depth, result.action)
+                action = actions_for(spec, self.target)[result.action][0]
+                vkey = (c.main, spec.volume, c.peaks, c.depth, result.action, action)
                 found = values.get(vkey)
                 if found is None:
                     found = values[vkey] = MemoValue(
-                        Fraction(c.main, spec.volume), tuple(c.peaks), c.depth, result.action
+                        Fraction(c.main, spec.volume),
+                        tuple(c.peaks),
+                        c.depth,
+                        result.action,
+                        action_fingerprint(action),
                     )
                 value = found
             lo_c = coords.get(lo)
@@ -161,3 +209,51 @@ class PersistentMemo(DictMemo):
     @property
     def enabled(self) -> bool:
         return self.store.enabled
+
+
+def verify_replays(root: Path | None = None) -> list[tuple[Path, bool, str]]:
+    """Check every answer this code would replay: for each page of the current schema,
+    each stored action against the action list of the Specs its box covers (up to
+    `VERIFY_POINTS_PER_BOX` of them). Pages of other schemas are never replayed and are
+    only checked for their format (`memo.store.verify`)."""
+    base = root if root is not None else cache_root()
+    out: list[tuple[Path, bool, str]] = []
+    if base is None:
+        return out
+    stamp = schema_stamp()
+    targets: dict[str, Target | None] = {}
+    for path, pf in scan_pages(Path(base)):
+        if isinstance(pf, PageFormatError):
+            out.append((path, False, str(pf)))
+            continue
+        if pf.schema != stamp:
+            out.append((path, True, "ok (format; another schema: never replayed)"))
+            continue
+        if pf.target not in targets:
+            targets[pf.target] = target_from_cache_id(pf.target)
+        target = targets[pf.target]
+        if target is None:
+            out.append((path, False, f"unknown target {pf.target!r}"))
+            continue
+        problem = _page_replay_problem(target, pf.key, pf.memory_dims, pf.page.boxes())
+        out.append((path, problem is None, problem or "ok"))
+    return out
+
+
+def _page_replay_problem(
+    target: Target, key: str, memory_dims: int, boxes: Iterator[tuple[Any, Any, object]]
+) -> str | None:
+    for lo, hi, value in boxes:
+        if not isinstance(value, MemoValue):
+            continue
+        k = len(lo) - memory_dims
+        ranges = [range(int(a), int(b) + 1) for a, b in zip(lo[:k], hi[:k])]
+        points = itertools.islice(itertools.product(*ranges), VERIFY_POINTS_PER_BOX)
+        for point in itertools.chain(points, [tuple(int(b) for b in hi[:k])]):
+            spec = spec_at(key, point)
+            if spec is None:
+                continue  # no Spec maps here, so nothing ever replays it
+            problem = replay_problem(target, spec, value)
+            if problem is not None:
+                return problem
+    return None

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from .store import TableInfo, cache_root, clear, info, verify
+from .persistent import verify_replays
+from .store import TableInfo, cache_root, clear, info
 
 __all__ = ["ACTIONS", "format_info", "format_table", "format_verify", "run_cache_command"]
 
@@ -119,6 +120,6 @@ def run_cache_command(action: str, root: Path | None = None, out: TextIO | None 
         n = clear(base)
         print(f"removed {n} files from {base}", file=stream)
         return 0
-    results = verify(base)
+    results = verify_replays(base)
     print(format_verify(results), file=stream)
     return 1 if any(not ok for _, ok, _ in results) else 0

@@ -16,7 +16,7 @@ Why it is safe to share:
   by field. A bad file yields one ``CacheWarning`` naming it and is treated as empty; the
   next flush of that page overwrites it.
 
-File format (little-endian), version 1::
+File format (little-endian), version 2::
 
     magic "MRLOPAGE" | u16 version | u16 reserved (0) | u32 header_len | u64 payload_len
     | 32-byte sha256(header + payload) | header | payload
@@ -26,7 +26,10 @@ File format (little-endian), version 1::
     payload: n_values x value, then lo i32[n_boxes, d], hi i32[n_boxes, d], vid u32[n_boxes]
     value  : u8 kind (0 = UNSAT, 1 = solution); a solution continues with
              u16 len + big-endian numerator, u16 len + big-endian denominator,
-             u64 x memory_dims peaks, u32 depth, u32 action
+             u64 x memory_dims peaks, u32 depth, u32 action, u32 action fingerprint
+
+Version 1 (no fingerprint) is refused like any unknown version; it only ever lived under
+older schema stamps, which this code never reads.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ import platformdirs
 
 from .boxes import Coords, Page, find_overlap
 from .table import MemoTable
-from .value import MAX_ACTION, MAX_DEPTH, MAX_PEAK, UNSAT, MemoValue, Value
+from .value import MAX_ACTION, MAX_DEPTH, MAX_FINGERPRINT, MAX_PEAK, UNSAT, MemoValue, Value
 
 __all__ = [
     "FORMAT_VERSION",
@@ -71,11 +74,12 @@ __all__ = [
     "info",
     "key_from_name",
     "name_for_key",
+    "scan_pages",
     "verify",
 ]
 
 MAGIC = b"MRLOPAGE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PAGE_SUFFIX = ".page"
 LOCK_NAME = ".lock"
 #: Refuse to read page files larger than this (a page is normally a few KiB).
@@ -286,7 +290,7 @@ def _encode_value(v: Value, memory_dims: int) -> bytes:
             _pack_uint(v.intensity.numerator),
             _pack_uint(v.intensity.denominator),
             struct.pack(f"<{memory_dims}Q", *v.peaks),
-            struct.pack("<II", v.depth, v.action),
+            struct.pack("<III", v.depth, v.action, v.fingerprint),
         ]
     )
 
@@ -401,10 +405,11 @@ def _decode_value(r: _Reader, mdims: int) -> Value:
     if math.gcd(num, den) != 1:
         raise PageFormatError("intensity is not in lowest terms")
     peaks = r.unpack(f"{mdims}Q")
-    depth, action = r.unpack("II")
+    depth, action, fingerprint = r.unpack("III")
     if any(p >= MAX_PEAK for p in peaks) or depth >= MAX_DEPTH or action >= MAX_ACTION:
         raise PageFormatError(f"value out of range: peaks={peaks}, depth={depth}, action={action}")
-    return MemoValue(Fraction(num, den), tuple(peaks), depth, action)
+    assert fingerprint < MAX_FINGERPRINT  # a u32
+    return MemoValue(Fraction(num, den), tuple(peaks), depth, action, fingerprint)
 
 
 def _read_file(path: Path) -> bytes | None:
@@ -488,6 +493,9 @@ class CacheStore:
             None if resolved is None else cache_dir(schema, target, resolved)
         )
         self._warned: set[str] = set()
+        #: Pages whose disk version held an answer that failed its replay check: the next
+        #: flush overwrites them instead of merging that version back in.
+        self._rejected: set[tuple[str, tuple[int, ...]]] = set()
         loader = self._load_page if self.directory is not None else None
         self.table = MemoTable(memory_dims, block, loader=loader)
 
@@ -568,6 +576,16 @@ class CacheStore:
         self._warned.add(str(path))
         warnings.warn(CacheWarning(f"morello cache: {path}: {reason}; ignoring it"), stacklevel=4)
 
+    def reject_page(self, key: str, point: tuple[int, ...], reason: str) -> None:
+        """Drop the page holding non-memory `point` of table `key`, whose stored answer
+        failed a check the format cannot make (it names an action the Spec does not have):
+        warn once, forget its boxes, and rewrite it without them at the next flush."""
+        pp = self.table.page_point(tuple(point) + (0,) * self.memory_dims)
+        path = self.page_path(key, pp)
+        self._warn(path if path is not None else Path(key), f"{reason}; re-solving it")
+        self.table.drop_page(key, pp)
+        self._rejected.add((key, pp))
+
     # -- writing
 
     def flush(self) -> int:
@@ -606,7 +624,8 @@ class CacheStore:
         page = self.table.page(key, pp)
         assert page is not None
         path = keydir / _page_file_name(pp)
-        disk = self._read_page(path, key, pp, page.d)
+        disk = None if (key, pp) in self._rejected else self._read_page(path, key, pp, page.d)
+        self._rejected.discard((key, pp))
         if disk is not None and page.fill_from(disk):
             self.table.invalidate_cache()  # other processes' results changed our page
         data = encode_page(self.schema, self.target, key, pp, page, self.memory_dims, self.block)
@@ -675,23 +694,32 @@ def _check_file(path: Path, schema_n: str, target_n: str, key_n: str) -> PageFil
     return pf
 
 
-def verify(root: Path | None = None) -> list[tuple[Path, bool, str]]:
-    """Re-check every page file under ``root``: ``(path, ok, reason)`` per file."""
-    base = root if root is not None else cache_root()
-    out: list[tuple[Path, bool, str]] = []
-    if base is None:
-        return out
-    for tdir, s, t, k in _scan(Path(base)):
+def scan_pages(root: Path) -> Iterator[tuple[Path, PageFile | PageFormatError]]:
+    """Every page file under ``root``, decoded and checked against its path, or the reason
+    it is bad."""
+    for tdir, s, t, k in _scan(root):
         for e in _files(tdir):
             if not e.name.endswith(PAGE_SUFFIX):
                 continue
             path = Path(e.path)
             try:
-                _check_file(path, s, t, k)
-                out.append((path, True, "ok"))
-            except (PageFormatError, OSError) as exc:
-                out.append((path, False, str(exc)))
-    return out
+                yield path, _check_file(path, s, t, k)
+            except PageFormatError as exc:
+                yield path, exc
+            except OSError as exc:
+                yield path, PageFormatError(str(exc))
+
+
+def verify(root: Path | None = None) -> list[tuple[Path, bool, str]]:
+    """Re-check the format of every page file under ``root``: ``(path, ok, reason)`` per
+    file. (``memo.persistent.verify_replays`` also checks what a replay needs.)"""
+    base = root if root is not None else cache_root()
+    if base is None:
+        return []
+    return [
+        (path, not isinstance(pf, PageFormatError), str(pf) if isinstance(pf, Exception) else "ok")
+        for path, pf in scan_pages(Path(base))
+    ]
 
 
 @dataclass(frozen=True, slots=True)

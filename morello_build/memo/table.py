@@ -193,6 +193,15 @@ class MemoTable:
         self._pages[(key, pp)] = page
         return page
 
+    def drop_page(self, key: str, page_point: tuple[int, ...]) -> None:
+        """Replace a page with an empty one (marked dirty, so a flush writes it empty)."""
+        d = self._dims.get(key)
+        if d is None:
+            return
+        self._pages[(key, page_point)] = Page(d)
+        self.dirty.add((key, page_point))
+        self.invalidate_cache()
+
     def page(self, key: str, page_point: tuple[int, ...]) -> Page | None:
         """The in-memory page, if any (never loads)."""
         return self._pages.get((key, page_point))

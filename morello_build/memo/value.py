@@ -2,10 +2,14 @@
 
 A box holds the *normalized* solution of every Spec it covers: the chosen action index,
 the main cost divided by the Spec's volume (so neighbouring shapes with a cost
-proportional to volume share one value), the memory peaks and the depth. ``UNSAT`` marks
-Specs that have no implementation within their memory limits.
+proportional to volume share one value), the memory peaks, the depth, and a 32-bit
+fingerprint of the action the index names (opaque here: the search computes it and checks
+it before replaying the index, so a stale or forged index is re-solved, never replayed as
+another rewrite). ``UNSAT`` marks Specs that have no implementation within their memory
+limits.
 
-Dominance is a total order: ``MemoValue``s compare by ``(intensity, peaks, depth, action)``
+Dominance is a total order: ``MemoValue``s compare by
+``(intensity, peaks, depth, action, fingerprint)``
 (smaller is better, the DP's own tie-break order); every ``MemoValue`` beats ``UNSAT``.
 Filling a region therefore computes a pointwise minimum, which is commutative and
 idempotent - the property that lets puts be replayed, merged across processes, and
@@ -28,6 +32,7 @@ from typing import Final
 __all__ = [
     "MAX_ACTION",
     "MAX_DEPTH",
+    "MAX_FINGERPRINT",
     "MAX_PEAK",
     "UNSAT",
     "MemoValue",
@@ -43,6 +48,7 @@ log = logging.getLogger(__name__)
 MAX_DEPTH: Final = 1 << 16
 MAX_ACTION: Final = 1 << 24
 MAX_PEAK: Final = 1 << 62
+MAX_FINGERPRINT: Final = 1 << 32
 
 #: Raise on a sat/unsat conflict instead of logging it (read once, at import).
 STRICT: bool = os.environ.get("MORELLO_MEMO_STRICT", "") == "1"
@@ -84,6 +90,7 @@ class MemoValue:
     peaks: tuple[int, ...]  # memory peak per level
     depth: int
     action: int  # index into the Spec's deterministic action list
+    fingerprint: int = 0  # 32-bit digest of the action at that index (see the module doc)
 
     def __post_init__(self) -> None:
         # Validate (and normalize numpy ints to int) once at construction, so every stored
@@ -105,6 +112,10 @@ class MemoValue:
         if not 0 <= action < MAX_ACTION:
             raise ValueError(f"action must be in [0, {MAX_ACTION}), got {action!r}")
         object.__setattr__(self, "action", action)
+        fingerprint = _as_int(self.fingerprint, "fingerprint")
+        if not 0 <= fingerprint < MAX_FINGERPRINT:
+            raise ValueError(f"fingerprint must be in [0, 2**32), got {fingerprint!r}")
+        object.__setattr__(self, "fingerprint", fingerprint)
 
 
 def _as_int(x: object, what: str) -> int:
