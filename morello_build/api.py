@@ -24,6 +24,7 @@ from morello_build.memo.persistent import PersistentMemo
 from morello_build.memo.persistent import cache_target_id as cache_target_id  # re-export
 from morello_build.search.dp import Progress, Search
 from morello_build.search.memo import DictMemo, Memo
+from morello_build.search.session import search_session
 from morello_build.target.isa import native_isa
 from morello_build.target.x86 import Target, get_target, resolve_tune
 
@@ -103,6 +104,18 @@ def synthesize(
     isa = resolve_target(target)
     tgt = get_target(isa, threads, resolve_tune(tune, target))
     tgt.check_spec(ls)
+    with search_session():
+        return _synthesize(ls, tgt, use_cache, progress, memo, schedule)
+
+
+def _synthesize(
+    ls: LogicalSpec,
+    tgt: Target,
+    use_cache: bool,
+    progress: Progress | None,
+    memo: Memo | None,
+    schedule: str | None,
+) -> Synthesis:
     if schedule is not None:
         start = time.perf_counter()
         hand = scheduled_impl(ls, schedule, tgt, use_cache)
@@ -116,7 +129,7 @@ def synthesize(
     if flush is not None:
         flush()
     if impl is None:
-        raise NoImplementation(f"no implementation of {ls.text()} fits the {isa} target")
+        raise NoImplementation(f"no implementation of {ls.text()} fits the {tgt.isa} target")
     hits = getattr(memo, "cache_hits", 0)
     return Synthesis(ls, tgt, impl, search.stats.solved, hits, time.perf_counter() - start)
 

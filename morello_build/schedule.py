@@ -30,6 +30,7 @@ from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
 from morello_build.ir.limits import LEVEL_COUNT, ZERO, Limits, add_peak, elementwise_max, subtract
 from morello_build.ir.spec import LogicalSpec, Spec
+from morello_build.search.session import search_session
 from morello_build.target.x86 import Target
 
 Path = tuple[int, ...]
@@ -124,11 +125,12 @@ class Schedule:
             child_limits = _child_limits(node, limits)
             return replace(node, children=tuple(fill(c, child_limits) for c in node.children))
 
-        impl = fill(self.impl, self.target.max_limits)
-        flush = getattr(search.memo, "flush", None)
-        if flush is not None:
-            flush()
-        return replace(self, impl=with_costs(impl, self.target))
+        with search_session():
+            impl = fill(self.impl, self.target.max_limits)
+            flush = getattr(search.memo, "flush", None)
+            if flush is not None:
+                flush()
+            return replace(self, impl=with_costs(impl, self.target))
 
     def _default_path(self) -> Path:
         path: list[int] = []

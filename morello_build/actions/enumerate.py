@@ -101,6 +101,11 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def cached_specs() -> int:
+    """Specs whose action plans are cached, over all targets."""
+    return sum(len(c) for c in _CACHE.values())
+
+
 def amx_tileable(spec: LogicalSpec, target: Target) -> bool:
     """A bf16 x bf16 -> f32 Matmul the AMX tile kernel can cover whole (amx target).
 

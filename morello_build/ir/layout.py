@@ -348,3 +348,9 @@ def _parse_physdim(part: str, rank: int) -> PhysDim:
         if rest.startswith(tag) and rest[len(tag) :].isdigit():
             return PhysDim(axis, kind, int(rest[len(tag) :]))
     raise ValueError(f"bad physical dim {part!r}")
+
+
+def clear_caches() -> None:
+    """Empty the memoized layout helpers (`search.session` calls this when a search ends)."""
+    for fn in (_expand, update_for_tiling, canonicalize):
+        fn.cache_clear()

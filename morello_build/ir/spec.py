@@ -98,6 +98,15 @@ def intern(spec: LogicalSpec) -> LogicalSpec:
     return found
 
 
+def clear_interned() -> None:
+    """Forget every interned Spec (`search.session` calls this when a search ends)."""
+    _INTERNED.clear()
+
+
+def interned_count() -> int:
+    return len(_INTERNED)
+
+
 _DIM_MAPS: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
 
 

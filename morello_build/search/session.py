@@ -1,0 +1,57 @@
+"""Search sessions: the process-wide tables the search fills live only as long as one.
+
+The search interns Specs (`ir.spec.intern`), caches each Spec's action plans per target
+(`actions.enumerate`) and memoizes layout and tiling helpers; all of them key on Specs the
+memo keeps alive, and all of them grew for the life of the process. A session releases
+them when its outermost `with` ends, so an API user synthesizing many kernels in one
+process keeps flat memory (RSS figures in docs/performance.md). Sessions nest: work that
+shares a memo across several syntheses wraps them in one session so interned identities
+(which the memo keys on) stay valid between them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from morello_build.actions import enumerate as enumeration
+from morello_build.actions.base import action_fingerprint
+from morello_build.ir import layout, spec, tensorspec
+
+_lock = threading.Lock()
+_depth = 0
+
+
+@contextmanager
+def search_session() -> Iterator[None]:
+    """Scope the search's process-wide caches to this block (outermost one wins)."""
+    global _depth
+    with _lock:
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                release_search_caches()
+
+
+def release_search_caches() -> None:
+    """Drop every table the search fills as it runs (they are rebuilt on demand)."""
+    spec.clear_interned()
+    enumeration.clear_cache()
+    tensorspec.tile_tensor.cache_clear()
+    layout.clear_caches()
+    action_fingerprint.cache_clear()
+
+
+def cache_sizes() -> dict[str, int]:
+    """Entries held by each process-wide search table (for tests and measurements)."""
+    return {
+        "interned specs": spec.interned_count(),
+        "action plans": enumeration.cached_specs(),
+        "tile_tensor": tensorspec.tile_tensor.cache_info().currsize,
+        "action fingerprints": action_fingerprint.cache_info().currsize,
+    }
