@@ -7,6 +7,7 @@ needs a host with AMX (and a kernel that grants tile data), else those tests ski
 from __future__ import annotations
 
 import pytest
+from compilers import verify_with_each_compiler
 
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
@@ -19,25 +20,15 @@ from morello_build.schedule import Schedule
 from morello_build.target import isa as isa_mod
 from morello_build.target.kernels import KERNELS_BY_NAME
 from morello_build.target.x86 import get_target
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 AMX = "AmxTileMatmulBf16F32"
 PACK = "PackBf16Pairs"
 PAIRS = "[1,2,1p2]"
-COMPILERS = ("gcc", "clang")
 
 
 def _needs_amx() -> None:
     if not isa_mod.host_supports("amx"):
         pytest.skip("host lacks AMX (amx_tile, amx_bf16)")
-
-
-def _verify(kernel, cc: str) -> None:
-    try:
-        r = verify_kernel(kernel, compiler=cc)
-    except IsaUnavailable:
-        pytest.skip("host lacks AMX")
-    assert r.ok, f"{cc}: {r.details}"
 
 
 def test_amx_isa_is_avx512_plus_tiles():
@@ -121,8 +112,7 @@ def test_hand_scheduled_amx_kernel_matches_numpy(m, k, n):
     assert "_mm512_unpacklo_epi16" in src  # B packed with vector shuffles
     assert "which the OS refused" in src  # a refused permission says why before abort()
     _needs_amx()
-    for cc in COMPILERS:
-        _verify(kernel, cc)
+    verify_with_each_compiler(kernel)
 
 
 def test_parallel_loops_configure_tiles_per_thread():
@@ -136,8 +126,7 @@ def test_parallel_loops_configure_tiles_per_thread():
     assert "#pragma omp parallel for" in kernel_fn and "mm_amx_par_par0(" in kernel_fn
     assert "_tile_loadconfig" not in kernel_fn
     _needs_amx()
-    for cc in COMPILERS:
-        _verify(kernel, cc)
+    verify_with_each_compiler(kernel)
 
 
 def test_tile_kernel_rejects_non_uniform_rows():
@@ -167,8 +156,7 @@ def test_synthesized_bf16_matmul_uses_amx_and_matches_numpy(m, k, n):
     # The output is computed in zeroed tiles, never zeroed in memory and loaded back.
     assert "_tile_zero(" in src and "memset" not in src
     _needs_amx()
-    for cc in COMPILERS:
-        _verify(kernel, cc)
+    verify_with_each_compiler(kernel)
 
 
 def test_tileable_specs_only_get_actions_that_stay_on_tiles():

@@ -95,11 +95,12 @@ def test_wrong_morello_kernel_is_an_error() -> None:
 def test_bf16_peers() -> None:
     report = bench_kernel(matmul_kernel("bbf16", 1, 16, 32, 16, in_dtype="bf16"), min_time=FAST)
     assert report.result("morello-build").gflops > 0
-    assert "bf16" in (report.result("mkl-jit").skipped or "bf16")
     if find_openblas().available and find_openblas().symbol("sbgemm") is None:
         assert "sbgemm" in (report.result("openblas").skipped or "")
-    if find_mkl().available:
-        assert report.result("mkl").skipped is None
+    if not find_mkl().available:
+        pytest.skip("MKL is not installed (`.ci/run` installs mkl-devel): bf16 MKL peers unchecked")
+    assert "bf16" in (report.result("mkl-jit").skipped or "bf16")
+    assert report.result("mkl").skipped is None
 
 
 def test_non_matmul_and_unknown_peer() -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from compilers import verify_with_each_compiler
 
 from morello_build.actions.enumerate import dpbf16_tileable, enumerate_actions
 from morello_build.actions.move import Move
@@ -25,7 +26,6 @@ from morello_build.ir.text import parse_spec
 from morello_build.target import isa as isa_mod
 from morello_build.target.kernels import KERNELS_BY_NAME
 from morello_build.target.x86 import get_target, resolve_tune
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 TILE = "Dpbf16TileBf16F32"
 PACK = "PackBf16Pairs"
@@ -132,12 +132,7 @@ def test_zen4_kernels_use_the_tiles_and_match_numpy(m, k, n, accumulate):
     assert TILE in kernels and PACK in kernels, kernels
     kernel = generate_c(syn.impl, "mm", "avx512", tune="zen4")
     assert "_mm512_dpbf16_ps" in kernel.c_source
-    for cc in ("gcc", "clang"):
-        try:
-            r = verify_kernel(kernel, compiler=cc)
-        except IsaUnavailable:
-            pytest.skip("host lacks AVX-512 BF16")
-        assert r.ok, f"{cc}: {r.details}"
+    verify_with_each_compiler(kernel)
 
 
 def _morello(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ generated C is compiled with gcc and clang and checked against numpy (the harnes
 bytes catch any store past a row)."""
 
 import pytest
+from compilers import verify_with_each_compiler
 
 from morello_build.actions.tile import register_aligned
 from morello_build.api import synthesize
@@ -17,7 +18,6 @@ from morello_build.ir.levels import Level
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import make_tensor, tile_tensor
 from morello_build.ir.text import parse_spec
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 
 def vrf(shape, vs, dtype=Dtype.F32):
@@ -82,12 +82,7 @@ def test_wide_remainder_rows_are_one_register_tile(isa, dims):
     ]
     assert wide, "no register tile with rows wider than a register"
     kernel = generate_c(impl, f"mm_wide_{isa}_{m}x{k}x{n}", isa)
-    for cc in ("gcc", "clang"):
-        try:
-            r = verify_kernel(kernel, compiler=cc)
-        except IsaUnavailable:
-            pytest.skip(f"host lacks {isa}")
-        assert r.ok, f"{cc}: {r.details}"
+    verify_with_each_compiler(kernel)
 
 
 @pytest.mark.parametrize(
@@ -110,9 +105,4 @@ def test_remainder_strips_use_masked_rows_and_match_numpy(isa, dims, intrinsic, 
     assert padded, "the remainder strip did not use a padded register tile"
     kernel = generate_c(impl, f"mm_pad_{isa}_{m}x{k}x{n}", isa)
     assert intrinsic in kernel.c_source
-    for cc in ("gcc", "clang"):
-        try:
-            r = verify_kernel(kernel, compiler=cc)
-        except IsaUnavailable:
-            pytest.skip(f"host lacks {isa}")
-        assert r.ok, f"{cc}: {r.details}"
+    verify_with_each_compiler(kernel)

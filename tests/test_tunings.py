@@ -12,22 +12,17 @@ import subprocess
 import sys
 
 import pytest
+from compilers import verify_with_each_compiler
 
 from morello_build.api import cache_target_id, matmul_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import CodegenError, generate_c
 from morello_build.target.x86 import TUNINGS, get_target
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 PREFETCH = "__builtin_prefetch"
 
 
 def _check(kernel, what: str) -> None:
-    for cc in ("gcc", "clang"):
-        try:
-            r = verify_kernel(kernel, compiler=cc)
-        except IsaUnavailable as exc:
-            pytest.skip(str(exc))
-        assert r.ok, f"{what} ({cc}): {r.details}"
+    verify_with_each_compiler(kernel, what)
 
 
 @pytest.mark.parametrize(
