@@ -2,11 +2,14 @@
 
 The search interns Specs (`ir.spec.intern`), caches each Spec's action plans per target
 (`actions.enumerate`) and memoizes layout and tiling helpers; all of them key on Specs the
-memo keeps alive, and all of them grew for the life of the process. A session releases
-them when its outermost `with` ends, so an API user synthesizing many kernels in one
-process keeps flat memory (RSS figures in docs/performance.md). Sessions nest: work that
-shares a memo across several syntheses wraps them in one session so interned identities
-(which the memo keys on) stay valid between them.
+memo keeps alive, and all of them grew for the life of the process. When the outermost
+session ends they are kept only while they hold at most `RETAIN_SPECS` Specs, then
+released, so an API user synthesizing many kernels in one process has bounded memory
+while related syntheses still share the (costly) action enumeration: releasing after
+every synthesis made 20 small cold syntheses take 38.9 s instead of 14.6 s on Zen 3
+(figures in docs/performance.md). Sessions nest: work that shares a memo across several
+syntheses wraps them in one session so interned identities (which the memo keys on) stay
+valid between them.
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from morello_build.actions import enumerate as enumeration
 from morello_build.actions.base import action_fingerprint
 from morello_build.ir import layout, spec, tensorspec
 
+#: Interned Specs the tables may keep between sessions (about 4 KiB of RSS each, with
+#: their action plans: 58k Specs held 282 MiB in `benchmarks/session_memory.py`).
+RETAIN_SPECS = 25_000
+
 _lock = threading.Lock()
 _depth = 0
 
 
 @contextmanager
 def search_session() -> Iterator[None]:
-    """Scope the search's process-wide caches to this block (outermost one wins)."""
+    """Scope the search's process-wide caches to this block (the outermost one releases
+    them if they grew past `RETAIN_SPECS`)."""
     global _depth
     with _lock:
         _depth += 1
@@ -34,7 +42,7 @@ def search_session() -> Iterator[None]:
     finally:
         with _lock:
             _depth -= 1
-            if _depth == 0:
+            if _depth == 0 and spec.interned_count() > RETAIN_SPECS:
                 release_search_caches()
 
 
