@@ -1,4 +1,6 @@
-"""`python -m morello_build.build generate ...` / `--cmake-dir`.
+"""`python -m morello_build.build generate ...` / `build ...` / `--cmake-dir`.
+
+`build` is CMake's build step (see `runner.build_main`); `generate` is `morello generate`.
 
 CMake calls this entry point rather than the full `morello` CLI so that the build step has
 no dependency on CLI wiring and starts fast.
@@ -18,7 +20,14 @@ def main(argv: list[str] | None = None) -> int:
         return cmake_dir_main(args[1:])
     if args[:1] == ["generate"]:
         return generate_main(args[1:], prog="morello_build.build generate")
-    print("usage: python -m morello_build.build {generate ...|--cmake-dir}", file=sys.stderr)
+    if args[:1] == ["build"]:
+        from morello_build.build.runner import build_main
+
+        return build_main(args[1:], prog="morello_build.build build")
+    print(
+        "usage: python -m morello_build.build {generate ...|build ...|--cmake-dir}",
+        file=sys.stderr,
+    )
     return 2
 
 

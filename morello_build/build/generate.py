@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,17 @@ class KernelRequest:
     schedule: str | None = None
     where: str = ""  # prefix naming the file and kernel in error messages
     tune: str = "generic"  # resolved (no "native"): `target.x86.TUNES`
+    threads: int = 1  # used when decl is None (the declaration's otherwise)
+    sys_path: str | None = None  # directory hand schedules are imported from
+
+    @property
+    def kernel_threads(self) -> int:
+        return self.decl.threads if self.decl is not None else self.threads
+
+    def describe(self) -> str:
+        """ISAs and tuning, as the build log shows them: `avx2, tune zen3`."""
+        isas = ", ".join(self.isas)
+        return isas if self.tune == "generic" else f"{isas}, tune {self.tune}"
 
     def spec_text(self) -> str:
         if self.decl is not None:
@@ -81,6 +92,8 @@ class KernelOutput:
     contents: tuple[tuple[str, str], ...]  # (file name, text)
     manifest: dict[str, Any] = field(hash=False, compare=False)
     summary: str = ""
+    cache_hit: bool = False  # every ISA variant was replayed from the cache
+    seconds: float = 0.0
 
 
 def source_files(name: str, isas: Sequence[str]) -> tuple[KernelFile, ...]:
@@ -165,8 +178,13 @@ def _is_row(order: tuple[int, ...]) -> bool:
     return order == tuple(sorted(order))
 
 
-def _verify(kernel: GeneratedKernel, isa: str) -> tuple[str, float | None]:
-    """Check against numpy when this machine can execute `isa`: (status, max rel err)."""
+def _verify(
+    kernel: GeneratedKernel, isa: str, compiler: str | None = None
+) -> tuple[str, float | None]:
+    """Check against numpy when this machine can execute `isa`: (status, max rel err).
+
+    `compiler` builds the check (CMake passes the project's C compiler; None: $CC or gcc).
+    """
     if not isa_mod.host_supports(isa):
         return f"{isa} not verified (not supported here)", None
     try:
@@ -174,7 +192,7 @@ def _verify(kernel: GeneratedKernel, isa: str) -> tuple[str, float | None]:
     except ImportError:
         return "not verified (morello_build.verify unavailable)", None
     try:
-        result = verify_mod.verify_kernel(kernel)
+        result = verify_mod.verify_kernel(kernel, compiler=compiler)
     except verify_mod.IsaUnavailable:
         return f"{isa} not verified (not supported here)", None
     if not result.ok:
@@ -198,10 +216,23 @@ def _verify_summary(results: Sequence[tuple[str, float | None]]) -> str:
     return "; " + "; ".join(parts) if parts else ""
 
 
-def produce(req: KernelRequest, *, verify: bool, use_cache: bool = True) -> KernelOutput:
+#: Called during a long synthesis: (isa, Specs solved so far, seconds so far).
+ProgressFn = Callable[[str, int, float], None]
+
+
+def produce(
+    req: KernelRequest,
+    *,
+    verify: bool,
+    use_cache: bool = True,
+    compiler: str | None = None,
+    progress: ProgressFn | None = None,
+) -> KernelOutput:
     """Synthesize (or fetch from the cache) every ISA variant of one kernel, in memory."""
     try:
-        return _produce(req, verify=verify, use_cache=use_cache)
+        return _produce(
+            req, verify=verify, use_cache=use_cache, compiler=compiler, progress=progress
+        )
     except GenerateError:
         raise
     except MorelloError as exc:  # from the synthesizer: say which declaration it was
@@ -209,7 +240,14 @@ def produce(req: KernelRequest, *, verify: bool, use_cache: bool = True) -> Kern
         raise GenerateError(f"{req.where or req.name}: {first}") from exc
 
 
-def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutput:
+def _produce(
+    req: KernelRequest,
+    *,
+    verify: bool,
+    use_cache: bool,
+    compiler: str | None,
+    progress: ProgressFn | None,
+) -> KernelOutput:
     try:
         from morello_build import api
     except ImportError as exc:
@@ -234,8 +272,9 @@ def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutp
             target=isa,
             schedule=req.schedule,
             use_cache=use_cache,
-            threads=req.decl.threads if req.decl is not None else 1,
+            threads=req.kernel_threads,
             tune=req.tune,
+            **_progress_kwargs(api.synthesize_kernel, _bind_isa(progress, isa)),
         )
         elapsed = time.perf_counter() - start
         kernel = res.kernel
@@ -249,7 +288,7 @@ def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutp
         all_hit = all_hit and res.cache_hit
         parts.append(f"{isa} cache hit" if res.cache_hit else f"{isa} {res.solved} specs")
         if verify:
-            verified.append(_verify(kernel, isa))
+            verified.append(_verify(kernel, isa, compiler))
         contents += [(f"{fn}.c", kernel.c_source), (f"{fn}.h", kernel.header)]
         variants.append((isa, kernel.abi))
         functions.append(
@@ -272,6 +311,7 @@ def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutp
         "name": req.name,
         "spec": spec,
         "isas": list(req.isas),
+        "tune": req.tune,
         "isa": req.isas[0] if not multi else None,
         "flags": list(isa_mod.ISA_FLAGS[req.isas[0]]) if not multi else [],
         "functions": functions,
@@ -297,9 +337,35 @@ def _produce(req: KernelRequest, *, verify: bool, use_cache: bool) -> KernelOutp
         head = f"{req.name}: cache hit, {_fmt_seconds(total_seconds)}"
     else:
         head = f"{req.name}: synthesized {total_solved} specs in {_fmt_seconds(total_seconds)}"
-    tail = f" ({', '.join(parts)})" if multi else f" ({req.isas[0]})"
+    tuned = "" if req.tune == "generic" else f", tune {req.tune}"
+    tail = f" ({', '.join(parts)}{tuned})" if multi else f" ({req.isas[0]}{tuned})"
     ver = _verify_summary(verified)
-    return KernelOutput(req.name, tuple(contents), manifest, head + tail + ver)
+    return KernelOutput(
+        req.name,
+        tuple(contents),
+        manifest,
+        head + tail + ver,
+        cache_hit=all_hit,
+        seconds=total_seconds,
+    )
+
+
+def _progress_kwargs(fn: Callable[..., Any], progress: Any) -> dict[str, Any]:
+    """`progress=...` for `fn` when there is progress to report and `fn` takes it (the
+    build-integration tests run the build step against a minimal stand-in API)."""
+    if progress is None:
+        return {}
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    takes = "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return {"progress": progress} if takes else {}
+
+
+def _bind_isa(progress: ProgressFn | None, isa: str) -> Callable[[int, float], None] | None:
+    if progress is None:
+        return None
+    return lambda solved, seconds: progress(isa, solved, seconds)
 
 
 def combined_header(names: Sequence[str]) -> str:
@@ -370,13 +436,20 @@ def _cmake_list(items: Iterable[str]) -> str:
     return _cmake_quote(";".join(items))
 
 
-def cmake_info(reqs: Sequence[KernelRequest], out_dir: Path, module: str | None) -> str:
+def cmake_info(
+    reqs: Sequence[KernelRequest], out_dir: Path, module: str | None, *, verify: bool = True
+) -> str:
     """A CMake script describing the outputs of `reqs`; also writes declaration stamps.
 
-    Each kernel's stamp holds its normalized declaration, resolved ISAs and tuning, and the
-    synthesizer fingerprint, rewritten only on change: the kernel's build rule depends on it,
-    so editing one kernel in the toml regenerates only that kernel.
+    Each kernel's stamp (`.decl/<name>.decl`) holds everything the build step needs to
+    produce it: its normalized declaration, resolved ISAs and tuning, hand schedule,
+    whether to verify, and the synthesizer fingerprint; it is rewritten only on change. The
+    build step reads the stamps (so it builds exactly what was configured, tuning included)
+    and regenerates a kernel only when its stamp is newer than its outputs, so editing one
+    kernel in the toml regenerates only that kernel.
     """
+    for r in reqs:
+        check_request(r)
     sources = package_sources()
     fp = fingerprint(sources)
     lines = [
@@ -390,20 +463,15 @@ def cmake_info(reqs: Sequence[KernelRequest], out_dir: Path, module: str | None)
             f"set(_MORELLO_ISA_FLAGS_{isa_ident(isa)} {_cmake_list(isa_mod.ISA_FLAGS[isa])})"
         )
     for r in reqs:
-        stamp = out_dir / ".decl" / f"{r.name}.decl"
-        decl_doc = {
-            "fingerprint": fp,
-            "isas": list(r.isas),
-            "tune": r.tune,  # resolved: a native tuning that changes host regenerates too
-            "decl": _decl_json(r.decl) if r.decl is not None else {"spec": r.spec},
-            "schedule": r.schedule,
-        }
-        write_if_changed(stamp, json.dumps(decl_doc, indent=1, sort_keys=True) + "\n")
-        srcs = source_files(r.name, r.isas)
+        stamp = decl_stamp(out_dir, r.name)
         deps = [str(d) for d in _schedule_files(r.schedule)]
+        doc = request_doc(r, fingerprint=fp, verify=verify, depends=deps)
+        write_if_changed(stamp, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        srcs = source_files(r.name, r.isas)
         lines += [
             f"set(_MORELLO_{r.name}_DEPENDS {_cmake_list(deps)})",
             f"set(_MORELLO_{r.name}_ISAS {_cmake_list(r.isas)})",
+            f"set(_MORELLO_{r.name}_TUNE {_cmake_quote(r.tune)})",
             f"set(_MORELLO_{r.name}_STAMP {_cmake_quote(str(stamp))})",
             f"set(_MORELLO_{r.name}_SOURCES {_cmake_list(f.name for f in srcs)})",
             f"set(_MORELLO_{r.name}_SOURCE_ISAS {_cmake_list(isa_ident(f.isa) if f.isa else 'none' for f in srcs)})",
@@ -424,6 +492,89 @@ def cmake_info(reqs: Sequence[KernelRequest], out_dir: Path, module: str | None)
         write_if_changed(src, module_source(module, mks))
         lines.append(f"set(_MORELLO_MODULE_SOURCE {_cmake_quote(str(src))})")
     return "\n".join(lines) + "\n"
+
+
+def decl_stamp(out_dir: Path, name: str) -> Path:
+    """The configure step's record of kernel `name` (see `cmake_info`)."""
+    return out_dir / ".decl" / f"{name}.decl"
+
+
+def build_stamp(out_dir: Path, name: str) -> Path:
+    """Touched by the build step once kernel `name` is written (CMake's rule output)."""
+    return out_dir / ".stamp" / f"{name}.stamp"
+
+
+def check_request(req: KernelRequest) -> None:
+    """Reject now what synthesis would reject before searching (`api.synthesize_kernel`),
+    with the same messages: configure fails on a bad Spec instead of the build."""
+    from morello_build.ir.levels import Level
+    from morello_build.ir.spec import MATMUL
+    from morello_build.ir.text import parse_spec
+    from morello_build.target.x86 import get_target
+
+    try:
+        ls = parse_spec(req.spec_text())
+        if ls.kind == MATMUL and any(o.level is not Level.GL for o in ls.operands):
+            raise GenerateError(f"{req.name}: kernel operands must live in GL (main memory)")
+        for isa in req.isas:
+            get_target(isa, req.kernel_threads, req.tune).check_spec(ls)
+    except GenerateError as exc:
+        raise GenerateError(f"{req.where or req.name}: {exc}") from None
+    except MorelloError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GenerateError(f"{req.where or req.name}: {first}") from None
+
+
+def request_doc(
+    r: KernelRequest, *, fingerprint: str, verify: bool, depends: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The JSON a declaration stamp holds; `request_from_doc` reads it back."""
+    return {
+        "fingerprint": fingerprint,
+        "name": r.name,
+        "isas": list(r.isas),
+        "tune": r.tune,  # resolved: a native tuning that changes host regenerates too
+        "decl": _decl_json(r.decl) if r.decl is not None else {"spec": r.spec},
+        "threads": r.kernel_threads,
+        "schedule": r.schedule,
+        "sys_path": r.sys_path,
+        "depends": list(depends),
+        "verify": verify,
+        "where": r.where,
+    }
+
+
+def request_from_doc(doc: dict[str, Any]) -> tuple[KernelRequest, bool, list[str]]:
+    """(request, verify, files it depends on) from a declaration stamp's JSON."""
+    d = doc["decl"]
+    isas = tuple(doc["isas"])
+    decl = None
+    if "spec" not in d:
+        decl = KernelDecl(
+            name=d["name"],
+            op=d["op"],
+            shape=tuple(d["shape"]),
+            dtype=d["dtype"],
+            layouts=tuple(d["layouts"]),
+            accumulate=d["accumulate"],
+            threads=d["threads"],
+            targets=isas,
+            schedule=doc["schedule"],
+            batched=d["batched"],
+            tune=doc["tune"],
+        )
+    req = KernelRequest(
+        name=doc["name"],
+        isas=isas,
+        decl=decl,
+        spec=d.get("spec"),
+        schedule=doc["schedule"],
+        where=doc["where"],
+        tune=doc["tune"],
+        threads=doc["threads"],
+        sys_path=doc["sys_path"],
+    )
+    return req, bool(doc["verify"]), list(doc["depends"])
 
 
 def _schedule_files(schedule: str | None) -> list[Path]:
@@ -475,8 +626,17 @@ def _parse_isa_list(text: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _parse_tune(text: str | None) -> str | None:
+    from morello_build.build.config import TUNES
+
+    if text is not None and text not in TUNES:
+        raise ConfigError(f"--tune: expected one of {', '.join(TUNES)}, got {text!r}")
+    return text
+
+
 def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloConfig | None]:
     override = _parse_isa_list(args.target) if args.target else None
+    tune_override = _parse_tune(args.tune)
     if args.spec is not None:
         if args.config is not None:
             raise ConfigError("give either --config or --spec, not both")
@@ -485,15 +645,24 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
         name = args.name
         if not name or not set(name) <= _IDENT_CHARS or name[0].isdigit() or "__" in name:
             raise ConfigError(f"--name: expected a C identifier without '__', got {name!r}")
+        where = args.where or f"--spec ({name})"
+        from morello_build.build.shorthand import expand_spec
+
+        try:
+            spec = expand_spec(args.spec)
+        except MorelloError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         isas_declared = override or ("native",)
         isas = resolve_targets(isas_declared)
         req = KernelRequest(
             name=name,
             isas=isas,
-            spec=args.spec,
+            spec=spec.text,
             schedule=args.schedule,
-            where=f"--spec ({name})",
-            tune=resolve_tune(None, isas_declared[0]),
+            where=where,
+            tune=resolve_tune(tune_override, isas_declared[0]),
+            threads=spec.threads,
+            sys_path=str(Path.cwd()) if args.schedule else None,
         )
         return [req], None
     if args.config is None:
@@ -516,7 +685,12 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
             decl=d,
             schedule=d.schedule,
             where=f'{args.config}: [{table}] "{d.name}"',
-            tune=d.resolved_tune(override),
+            tune=(
+                resolve_tune(tune_override, (override or d.targets)[0])
+                if tune_override
+                else d.resolved_tune(override)
+            ),
+            sys_path=str(cfg.path.resolve().parent),
         )
         for d in decls
     ]
@@ -534,18 +708,8 @@ class _Parser(argparse.ArgumentParser):
         raise _ArgError(message)
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(
-        prog=prog,
-        description="Synthesize declared kernels into C sources, headers and a manifest.",
-    )
-    p.add_argument("--config", help="pyproject.toml ([tool.morello]) or morello.toml")
-    p.add_argument("--out-dir", required=True, help="directory for the generated files")
-    p.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
-    p.add_argument(
-        "--target",
-        help="ISA override for every kernel: native, amx, avx512, avx2, x86-64 or a comma list",
-    )
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    """Options shared by `generate` and the CMake build step."""
     v = p.add_mutually_exclusive_group()
     v.add_argument(
         "--verify",
@@ -558,9 +722,47 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--no-cache", action="store_true", help="do not read or write the synthesis cache"
     )
-    p.add_argument("--spec", help="synthesize this Spec text instead of a config's kernels")
+    p.add_argument(
+        "--cc",
+        metavar="COMPILER",
+        help="C compiler that builds the verification (CMake passes CMAKE_C_COMPILER) "
+        "[default: $CC, else gcc]",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=1,
+        help="kernels to synthesize at once, one process each [default: 1]",
+    )
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=prog,
+        description="Synthesize declared kernels into C sources, headers and a manifest.",
+    )
+    p.add_argument("--config", help="pyproject.toml ([tool.morello]) or morello.toml")
+    p.add_argument("--out-dir", required=True, help="directory for the generated files")
+    p.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
+    p.add_argument(
+        "--target",
+        help="ISA override for every kernel: native, amx, avx512, avx2, x86-64 or a comma list",
+    )
+    p.add_argument(
+        "--tune",
+        help="tuning override for every kernel: native, generic, zen3, zen4, zen5 "
+        "[default: each declaration's]",
+    )
+    _add_run_args(p)
+    p.add_argument(
+        "--spec",
+        help="synthesize this Spec instead of a config's kernels: the text form or the "
+        "shorthand 'matmul MxKxN [--dtype bf16] [--layout-b col] [--accumulate]'",
+    )
     p.add_argument("--name", help="C function name for --spec")
     p.add_argument("--schedule", help="module:function hand schedule for --spec")
+    p.add_argument("--where", help=argparse.SUPPRESS)  # names a --spec kernel in errors
     p.add_argument(
         "--cmake-info",
         metavar="FILE",
@@ -574,9 +776,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello generate") -> int:
-    """`generate` command: returns the exit code (0 ok, 2 user error); never a traceback."""
-    parser = _parser(prog)
+def _parse(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, prog: str
+) -> argparse.Namespace | int:
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except _ArgError as exc:
@@ -584,6 +786,23 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
         return 2
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
+    if args.jobs < 1:
+        print(f"{prog}: error: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    return args
+
+
+def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello generate") -> int:
+    """`generate` command: returns the exit code (0 ok, 2 user error); never a traceback.
+
+    Progress goes to stderr (a line when a kernel starts, Specs solved every few seconds of
+    a long synthesis, a closing summary), each kernel's one-line result to stdout.
+    """
+    from morello_build.build import runner
+
+    args = _parse(_parser(prog), argv, prog)
+    if isinstance(args, int):
+        return args
     out_dir = Path(args.out_dir)
     try:
         reqs, cfg = _requests(args)
@@ -594,11 +813,19 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
                 raise ConfigError(
                     f"--python-module: expected a Python identifier, got {args.python_module!r}"
                 )
-            text = cmake_info(reqs, out_dir, args.python_module)
+            text = cmake_info(reqs, out_dir, args.python_module, verify=cfg.verify if cfg else True)
             write_if_changed(Path(args.cmake_info), text)
             return 0
+        for r in reqs:
+            check_request(r)
         verify = args.verify if args.verify is not None else (cfg.verify if cfg else True)
-        outputs = [produce(r, verify=verify, use_cache=not args.no_cache) for r in reqs]
+        outputs = runner.run_kernels(
+            reqs,
+            verify=verify,
+            use_cache=not args.no_cache,
+            compiler=args.cc,
+            jobs=args.jobs,
+        )
         write_outputs(out_dir, outputs, full=not args.kernel and args.spec is None)
     except MorelloError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -607,13 +834,11 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
     except OSError as exc:
         print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr)
         return 2
-    for o in outputs:
-        print(o.summary, flush=True)
     return 0
 
 
 def cmake_dir() -> Path:
-    """Directory holding MorelloBuildConfig.cmake (for -DMorelloBuild_ROOT=...)."""
+    """Directory holding MorelloBuildConfig.cmake (for -DMorelloBuild_DIR=...)."""
     return Path(morello_build.__file__).resolve().parent / "cmake"
 
 

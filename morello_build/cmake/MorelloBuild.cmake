@@ -1,25 +1,34 @@
 # CMake functions of morello-build: synthesize kernels at build time and compile them.
 #
 #   morello_add_kernel(<target> NAME <c-name> SPEC <spec-text> [TARGET_ISA <isa>...]
-#                      [OUTPUT_DIR <dir>] [NO_VERIFY] [HEADER_DIR_VAR <var>])
+#                      [TUNE <tune>] [OUTPUT_DIR <dir>] [NO_VERIFY] [HEADER_DIR_VAR <var>])
 #   morello_add_kernels(<target> CONFIG <pyproject.toml|morello.toml> [KERNELS <name>...]
-#                       [TARGET_ISA <isa>...] [OUTPUT_DIR <dir>] [NO_VERIFY] [HEADER_DIR_VAR <var>])
+#                       [TARGET_ISA <isa>...] [TUNE <tune>] [OUTPUT_DIR <dir>] [NO_VERIFY]
+#                       [HEADER_DIR_VAR <var>])
 #   morello_add_python_module(<module> CONFIG <toml> [KERNELS <name>...] [TARGET_ISA <isa>...]
-#                             [OUTPUT_DIR <dir>] [NO_VERIFY] [STABLE_ABI <3.x>|NO_STABLE_ABI])
+#                             [TUNE <tune>] [OUTPUT_DIR <dir>] [NO_VERIFY]
+#                             [STABLE_ABI <3.x>|NO_STABLE_ABI])
 #
 # <target> becomes a STATIC, position-independent library with one exported C function per
 # kernel; its include directory holds <name>.h per kernel and morello_kernels.h.
 #
+# SPEC is what `morello synth` takes: the text form, or the shorthand
+# "matmul MxKxN [--dtype bf16] [--layout-b col] [--accumulate]"; it is checked at configure
+# time. The build step builds exactly what configure resolved (ISAs and tuning included), so
+# a CMake-built kernel is byte-identical to `morello synth --format c` on the same host.
+#
 # How builds stay incremental: the declarations are read at configure time (the toml is a
 # configure dependency), which writes one small stamp per kernel holding its normalized
-# declaration, its ISAs and the morello-build version + source fingerprint, rewritten only
-# when it changes. Each kernel's generate rule depends on its stamp only, never on the
-# synthesis cache, and the generator rewrites a source only when its text changed.
+# declaration, its ISAs and tuning and the morello-build version + source fingerprint,
+# rewritten only when it changes. The build step of a library depends on its kernels'
+# stamps only, never on the synthesis cache, produces only the kernels whose stamp changed,
+# and rewrites a source only when its text changed.
 #
 # Cache variables: MORELLO_PYTHON (interpreter running the generator), MORELLO_TARGET_ISA
-# (default ISA list, "native" if empty), MORELLO_CACHE_DIR (defaults to $ENV{MORELLO_CACHE_DIR}),
-# MORELLO_VERIFY (ON/OFF; empty = the config's `verify`), MORELLO_JOBS (size of the Ninja
-# job pool bounding concurrent syntheses).
+# (default ISA list, "native" if empty), MORELLO_TUNE (default tuning; empty: the
+# declarations decide), MORELLO_CACHE_DIR (defaults to $ENV{MORELLO_CACHE_DIR}),
+# MORELLO_VERIFY (ON/OFF; empty = the config's `verify`), MORELLO_JOBS (kernels a build step
+# synthesizes at once, one process each).
 
 include_guard(GLOBAL)
 
@@ -41,6 +50,8 @@ if(NOT DEFINED MORELLO_CACHE_DIR)
   set(MORELLO_CACHE_DIR "$ENV{MORELLO_CACHE_DIR}" CACHE PATH
       "Synthesis cache of morello-build (empty: its default user cache directory)")
 endif()
+set(MORELLO_TUNE "" CACHE STRING
+    "Tuning for morello kernels without TUNE (native, generic, zen3, zen4, zen5). Empty: the declarations decide (native with target native).")
 set(MORELLO_VERIFY "" CACHE STRING
     "Verify kernels against numpy at build time when the host can run them (ON/OFF; empty: the config decides)")
 if(NOT DEFINED MORELLO_JOBS)
@@ -51,13 +62,54 @@ if(NOT DEFINED MORELLO_JOBS)
     set(_morello_cores 4)
   endif()
   set(MORELLO_JOBS "${_morello_cores}" CACHE STRING
-      "Maximum number of concurrent kernel syntheses (Ninja job pool 'morello')")
+      "Maximum number of kernels a morello build step synthesizes at once (one process each)")
   unset(_morello_cores)
 endif()
 
 # --- the interpreter that runs the generator -------------------------------------------
 # Prefer an interpreter whose morello_build is the package this file belongs to, so the
-# generator and the CMake functions always come from the same release.
+# generator and the CMake functions always come from the same release. Every probe runs in
+# the build tree, as the build step does: a package importable only from the directory
+# cmake was started in (e.g. the root of a morello-build checkout) is not importable there.
+# When no candidate imports this package as installed, the probe retries each with this
+# package's parent directory on PYTHONPATH, and the build step then runs with it too.
+set(_MORELLO_PROBE [=[
+import os, sys
+import morello_build
+print(os.path.realpath(os.path.dirname(morello_build.__file__)))
+try:
+    import numpy, platformdirs, filelock
+    if sys.version_info < (3, 11):
+        import tomli
+except ImportError as exc:
+    print(exc)
+]=])
+
+# _morello_probe(<python> <pythonpath> <out-dir-var> <out-missing-var>): the package
+# directory <python> imports (empty if none) and a missing dependency (empty if none).
+function(_morello_probe py pythonpath out_dir out_missing)
+  set(_env "")
+  if(pythonpath)
+    set(_env "${CMAKE_COMMAND}" -E env "PYTHONPATH=${pythonpath}" --)
+  endif()
+  execute_process(
+    COMMAND ${_env} "${py}" -c "${_MORELLO_PROBE}"
+    WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}"
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(_dir "")
+  set(_missing "")
+  if(_rc EQUAL 0 AND _out)
+    string(REPLACE "\n" ";" _lines "${_out}")
+    list(GET _lines 0 _dir)
+    list(LENGTH _lines _n)
+    if(_n GREATER 1)
+      list(GET _lines 1 _missing)
+    endif()
+  endif()
+  set(${out_dir} "${_dir}" PARENT_SCOPE)
+  set(${out_missing} "${_missing}" PARENT_SCOPE)
+endfunction()
+
 function(_morello_find_python)
   set(_cands "")
   if(MORELLO_PYTHON)
@@ -73,21 +125,44 @@ function(_morello_find_python)
       list(APPEND _cands "${_MORELLO_PY_ON_PATH}")
     endif()
   endif()
+  list(REMOVE_DUPLICATES _cands)
+  get_filename_component(_parent "${_MORELLO_PKG_DIR}" DIRECTORY)
+  set(_with_parent "${_parent}")
+  if(NOT "$ENV{PYTHONPATH}" STREQUAL "")
+    set(_with_parent "${_parent}:$ENV{PYTHONPATH}")
+  endif()
   set(_chosen "")
+  set(_pythonpath "")
   set(_other "")
   set(_other_dir "")
-  foreach(_py IN LISTS _cands)
-    execute_process(
-      COMMAND "${_py}" -c "import os, morello_build; print(os.path.realpath(os.path.dirname(morello_build.__file__)))"
-      RESULT_VARIABLE _rc OUTPUT_VARIABLE _dir ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(_rc EQUAL 0)
-      if(_dir STREQUAL _MORELLO_PKG_DIR)
+  set(_broken "")
+  # 1. as installed; 2. this package through PYTHONPATH; 3. another morello_build.
+  foreach(_pass installed pythonpath)
+    foreach(_py IN LISTS _cands)
+      if(_pass STREQUAL "installed")
+        _morello_probe("${_py}" "" _dir _missing)
+      else()
+        _morello_probe("${_py}" "${_with_parent}" _dir _missing)
+      endif()
+      if(NOT _dir)
+        continue()
+      elseif(_missing)
+        if(NOT _broken)
+          set(_broken "${_py} imports morello_build from ${_dir} but not its dependencies (${_missing})")
+        endif()
+      elseif(_dir STREQUAL _MORELLO_PKG_DIR)
         set(_chosen "${_py}")
+        if(_pass STREQUAL "pythonpath")
+          set(_pythonpath "${_with_parent}")
+        endif()
         break()
       elseif(NOT _other)
         set(_other "${_py}")
         set(_other_dir "${_dir}")
       endif()
+    endforeach()
+    if(_chosen)
+      break()
     endif()
   endforeach()
   if(NOT _chosen AND _other)
@@ -97,6 +172,10 @@ function(_morello_find_python)
   endif()
   if(_chosen)
     set_property(GLOBAL PROPERTY MORELLO_PYTHON "${_chosen}")
+    set_property(GLOBAL PROPERTY MORELLO_PYTHONPATH "${_pythonpath}")
+  elseif(_broken)
+    set_property(GLOBAL PROPERTY MORELLO_PYTHON_ERROR
+                 "${_broken}: install morello-build into that interpreter (pip install morello-build, or the wheel of this checkout), or set MORELLO_PYTHON")
   elseif(MORELLO_PYTHON)
     set_property(GLOBAL PROPERTY MORELLO_PYTHON_ERROR
                  "MORELLO_PYTHON=${MORELLO_PYTHON} cannot import morello_build")
@@ -118,17 +197,28 @@ function(_morello_python out)
   set(${out} "${_py}" PARENT_SCOPE)
 endfunction()
 
-function(_morello_job_pool)
-  get_property(_pools GLOBAL PROPERTY JOB_POOLS)
-  if(NOT _pools MATCHES "(^|;)morello=")
-    set_property(GLOBAL APPEND PROPERTY JOB_POOLS "morello=${MORELLO_JOBS}")
+# _morello_generator_env(<var>): `cmake -E env ... --` running the generator with the cache
+# directory and, when the package is found through it, the PYTHONPATH chosen above.
+function(_morello_generator_env out)
+  get_property(_pythonpath GLOBAL PROPERTY MORELLO_PYTHONPATH)
+  set(_vars "")
+  if(MORELLO_CACHE_DIR)
+    list(APPEND _vars "MORELLO_CACHE_DIR=${MORELLO_CACHE_DIR}")
   endif()
+  if(_pythonpath)
+    list(APPEND _vars "PYTHONPATH=${_pythonpath}")
+  endif()
+  set(_env "")
+  if(_vars)
+    set(_env "${CMAKE_COMMAND}" -E env ${_vars} --)
+  endif()
+  set(${out} "${_env}" PARENT_SCOPE)
 endfunction()
 
-# _morello_library(<target> <fn> <source-args> <select-args> <isas> <module> <options>...)
-# Runs the configure step, then declares one generate rule per kernel and the library.
-function(_morello_library target fn source_args select_args isas module)
-  cmake_parse_arguments(PARSE_ARGV 6 ARG "NO_VERIFY" "OUTPUT_DIR;HEADER_DIR_VAR" "")
+# _morello_library(<target> <fn> <source-args> <select-args> <isas> <tune> <module> <options>...)
+# Runs the configure step, then declares the build step and the library.
+function(_morello_library target fn source_args select_args isas tune module)
+  cmake_parse_arguments(PARSE_ARGV 7 ARG "NO_VERIFY" "OUTPUT_DIR;HEADER_DIR_VAR" "")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "${fn}: unexpected arguments: ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -140,7 +230,7 @@ function(_morello_library target fn source_args select_args isas module)
     message(FATAL_ERROR "${fn}: the C language is not enabled; add C to project(... LANGUAGES C ...)")
   endif()
   _morello_python(_py)
-  _morello_job_pool()
+  _morello_generator_env(_env)
 
   set(_out "${CMAKE_CURRENT_BINARY_DIR}/morello/${target}")
   if(ARG_OUTPUT_DIR)
@@ -153,51 +243,65 @@ function(_morello_library target fn source_args select_args isas module)
     string(REPLACE ";" "," _isa_csv "${isas}")
     set(_target_args --target "${_isa_csv}")
   endif()
+  if(NOT tune)
+    set(tune "${MORELLO_TUNE}")
+  endif()
+  if(tune)
+    list(APPEND _target_args --tune "${tune}")
+  endif()
   set(_module_args "")
   if(module)
     set(_module_args --python-module "${module}")
   endif()
 
-  # Configure step: learn the outputs, write per-kernel declaration stamps.
+  # Configure step: validate the declarations, learn the outputs, write per-kernel
+  # declaration stamps (resolved ISAs and tuning included: the build step reads them).
   set(_info "${_out}/morello_info.cmake")
   execute_process(
-    COMMAND "${_py}" -m morello_build.build generate ${source_args} ${select_args} ${_target_args}
-            --out-dir "${_out}" --cmake-info "${_info}" ${_module_args}
+    COMMAND ${_env} "${_py}" -m morello_build.build generate ${source_args} ${select_args}
+            ${_target_args} --out-dir "${_out}" --cmake-info "${_info}" ${_module_args}
+    WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}"
     RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_VARIABLE _stdout
     ERROR_STRIP_TRAILING_WHITESPACE)
   if(NOT _rc EQUAL 0)
+    string(REGEX REPLACE "^error: " "" _err "${_err}")
     message(FATAL_ERROR "${fn}(${target}): ${_err}")
   endif()
   include("${_info}")
   # Upgrading or editing morello-build must re-run this step (new fingerprint, new stamps).
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_MORELLO_PACKAGE_SOURCES})
 
-  set(_verify_args "")
+  set(_run_args "")
   if(ARG_NO_VERIFY)
-    set(_verify_args --no-verify)
+    list(APPEND _run_args --no-verify)
   elseif(NOT MORELLO_VERIFY STREQUAL "")
     if(MORELLO_VERIFY)
-      set(_verify_args --verify)
+      list(APPEND _run_args --verify)
     else()
-      set(_verify_args --no-verify)
+      list(APPEND _run_args --no-verify)
     endif()
   endif()
-  set(_env "")
-  if(MORELLO_CACHE_DIR)
-    set(_env "${CMAKE_COMMAND}" -E env "MORELLO_CACHE_DIR=${MORELLO_CACHE_DIR}" --)
+  # Verification compiles the kernels with the compiler that builds them.
+  if(CMAKE_C_COMPILER AND CMAKE_C_COMPILER_ID MATCHES "^(GNU|Clang|AppleClang|IntelLLVM)$")
+    list(APPEND _run_args --cc "${CMAKE_C_COMPILER}")
+  endif()
+  if(MORELLO_JOBS GREATER 1)
+    list(APPEND _run_args --jobs "${MORELLO_JOBS}")
   endif()
 
   set(_sources "")
   set(_stamps "")
+  set(_decls "")
+  set(_byproducts "")
+  set(_kernel_args "")
   foreach(_k IN LISTS _MORELLO_KERNELS)
-    set(_byproducts "${_out}/${_k}.json")
-    set(_k_sources "")
+    list(APPEND _byproducts "${_out}/${_k}.json")
     list(LENGTH _MORELLO_${_k}_SOURCES _n)
     math(EXPR _last "${_n} - 1")
     foreach(_i RANGE ${_last})
       list(GET _MORELLO_${_k}_SOURCES ${_i} _s)
       list(GET _MORELLO_${_k}_SOURCE_ISAS ${_i} _isa)
-      list(APPEND _k_sources "${_out}/${_s}")
+      list(APPEND _sources "${_out}/${_s}")
       if(NOT _isa STREQUAL "none")
         set_source_files_properties("${_out}/${_s}" PROPERTIES
           GENERATED TRUE COMPILE_OPTIONS "${_MORELLO_ISA_FLAGS_${_isa}}")
@@ -208,25 +312,27 @@ function(_morello_library target fn source_args select_args isas module)
     foreach(_h IN LISTS _MORELLO_${_k}_HEADERS)
       list(APPEND _byproducts "${_out}/${_h}")
     endforeach()
-    string(REPLACE ";" "," _k_isas "${_MORELLO_${_k}_ISAS}")
-    set(_kernel_args "")
-    if(module OR source_args MATCHES "^--config")
-      set(_kernel_args --kernel "${_k}")
-    endif()
-    set(_stamp "${_out}/.stamp/${_k}.stamp")
-    add_custom_command(
-      OUTPUT "${_stamp}"
-      BYPRODUCTS ${_k_sources} ${_byproducts}
-      COMMAND ${_env} "${_py}" -m morello_build.build generate ${source_args} ${_kernel_args}
-              --target "${_k_isas}" --out-dir "${_out}" ${_verify_args}
-      COMMAND "${CMAKE_COMMAND}" -E touch "${_stamp}"
-      DEPENDS "${_MORELLO_${_k}_STAMP}" ${_MORELLO_${_k}_DEPENDS}
-      JOB_POOL morello
-      COMMENT "morello: kernel ${_k} (${_MORELLO_${_k}_ISAS})"
-      VERBATIM)
-    list(APPEND _sources ${_k_sources})
-    list(APPEND _stamps "${_stamp}")
+    list(APPEND _decls "${_MORELLO_${_k}_STAMP}" ${_MORELLO_${_k}_DEPENDS})
+    list(APPEND _stamps "${_out}/.stamp/${_k}.stamp")
+    list(APPEND _kernel_args --kernel "${_k}")
   endforeach()
+  list(LENGTH _MORELLO_KERNELS _count)
+
+  # Build step: one command per library produces the kernels whose declaration stamps
+  # changed (up to MORELLO_JOBS at once) and touches every kernel's stamp. It prints a line
+  # per kernel as it starts, progress every few seconds and a summary, so it runs in
+  # Ninja's console pool (USES_TERMINAL): Ninja would hold back the output of any other
+  # job until it ends.
+  add_custom_command(
+    OUTPUT ${_stamps}
+    BYPRODUCTS ${_sources} ${_byproducts}
+    COMMAND ${_env} "${_py}" -m morello_build.build build --out-dir "${_out}" ${_kernel_args}
+            ${_run_args}
+    DEPENDS ${_decls}
+    WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}"
+    USES_TERMINAL
+    COMMENT "morello: kernels of ${target} (${_count})"
+    VERBATIM)
 
   add_library(${target} STATIC ${_sources} ${_stamps})
   set_target_properties(${target} PROPERTIES
@@ -266,7 +372,7 @@ endmacro()
 # --- public functions -------------------------------------------------------------------
 
 function(morello_add_kernel target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY" "NAME;SPEC;OUTPUT_DIR;HEADER_DIR_VAR" "TARGET_ISA")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY" "NAME;SPEC;TUNE;OUTPUT_DIR;HEADER_DIR_VAR" "TARGET_ISA")
   if(NOT ARG_NAME OR NOT ARG_SPEC)
     message(FATAL_ERROR "morello_add_kernel(${target}): NAME <c-name> and SPEC <spec-text> are required")
   endif()
@@ -278,14 +384,17 @@ function(morello_add_kernel target)
     set(_isas native)
   endif()
   _morello_forward(_pass NO_VERIFY OUTPUT_DIR HEADER_DIR_VAR)
-  _morello_library(${target} morello_add_kernel "--spec;${ARG_SPEC};--name;${ARG_NAME}" "" "${_isas}" "" ${_pass})
+  # --where names the kernel in errors: SPEC "<text>" (the function and target are added).
+  set(_where "SPEC \"${ARG_SPEC}\"")
+  _morello_library(${target} morello_add_kernel "--spec;${ARG_SPEC};--name;${ARG_NAME};--where;${_where}"
+                   "" "${_isas}" "${ARG_TUNE}" "" ${_pass})
   if(ARG_HEADER_DIR_VAR)
     set(${ARG_HEADER_DIR_VAR} "${${ARG_HEADER_DIR_VAR}}" PARENT_SCOPE)
   endif()
 endfunction()
 
 function(morello_add_kernels target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY" "CONFIG;OUTPUT_DIR;HEADER_DIR_VAR;_PYTHON_MODULE" "KERNELS;TARGET_ISA")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY" "CONFIG;TUNE;OUTPUT_DIR;HEADER_DIR_VAR;_PYTHON_MODULE" "KERNELS;TARGET_ISA")
   if(NOT ARG_CONFIG)
     message(FATAL_ERROR "morello_add_kernels(${target}): CONFIG <pyproject.toml|morello.toml> is required")
   endif()
@@ -301,18 +410,18 @@ function(morello_add_kernels target)
   endforeach()
   _morello_forward(_pass NO_VERIFY OUTPUT_DIR HEADER_DIR_VAR)
   _morello_library(${target} morello_add_kernels "--config;${_cfg}" "${_select}" "${_isas}"
-                   "${ARG__PYTHON_MODULE}" ${_pass})
+                   "${ARG_TUNE}" "${ARG__PYTHON_MODULE}" ${_pass})
   if(ARG_HEADER_DIR_VAR)
     set(${ARG_HEADER_DIR_VAR} "${${ARG_HEADER_DIR_VAR}}" PARENT_SCOPE)
   endif()
 endfunction()
 
 function(morello_add_python_module name)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY;NO_STABLE_ABI" "CONFIG;OUTPUT_DIR;STABLE_ABI" "KERNELS;TARGET_ISA")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY;NO_STABLE_ABI" "CONFIG;TUNE;OUTPUT_DIR;STABLE_ABI" "KERNELS;TARGET_ISA")
   if(NOT ARG_CONFIG)
     message(FATAL_ERROR "morello_add_python_module(${name}): CONFIG <pyproject.toml|morello.toml> is required")
   endif()
-  _morello_forward(_pass NO_VERIFY OUTPUT_DIR KERNELS TARGET_ISA)
+  _morello_forward(_pass NO_VERIFY TUNE OUTPUT_DIR KERNELS TARGET_ISA)
   set(_lib ${name}_morello_kernels)
   morello_add_kernels(${_lib} CONFIG "${ARG_CONFIG}" _PYTHON_MODULE ${name} ${_pass})
   get_target_property(_src ${_lib} MORELLO_MODULE_SOURCE)

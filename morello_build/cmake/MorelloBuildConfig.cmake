@@ -2,7 +2,9 @@
 #
 # Inside a scikit-build-core build that lists morello-build in build-system.requires, the
 # cmake.root entry point points CMake here. Elsewhere:
-#   cmake -DMorelloBuild_ROOT="$(python -m morello_build --cmake-dir)" ...
+#   cmake -DMorelloBuild_DIR="$(python -m morello_build --cmake-dir)" ...
+# (or that directory in CMAKE_PREFIX_PATH; MorelloBuild_ROOT is ignored by projects whose
+# cmake_minimum_required is below 3.12, policy CMP0074).
 # The functions live in MorelloBuild.cmake, which is also reachable as include(MorelloBuild)
 # through the cmake.module entry point.
 

@@ -1,0 +1,331 @@
+"""Produce kernels the way build tools do: several at once, and never silently.
+
+Both `morello generate` and the CMake build step (`python -m morello_build.build build`)
+run their kernels here. What the build log shows:
+
+    morello: kernel mm256 (avx2, tune zen3)                        when a kernel starts
+      mm256: 61234 Specs solved, 10 s                              every few seconds of a search
+    mm256: synthesized 213241 specs in 62.9 s (avx2, tune zen3); verified avx2 (...)
+    morello: 4 kernels in 70.1 s: 3 synthesized, 1 from the cache  when all are done
+
+Progress lines go to stderr, the one-line result of each kernel to stdout, each flushed at
+once (CMake runs the build step in Ninja's console pool so that its output is not held
+back until the step ends). With `jobs > 1` the kernels run in forked worker processes
+(the search is single-threaded Python); this process prints everything they report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import queue
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from morello_build.build.generate import (
+    GenerateError,
+    KernelOutput,
+    KernelRequest,
+    build_stamp,
+    decl_stamp,
+    header_files,
+    produce,
+    request_from_doc,
+    source_files,
+    write_outputs,
+)
+from morello_build.errors import MorelloError
+
+#: Seconds between two progress lines of one synthesis (the search reports every 2 s).
+PROGRESS_EVERY = 5.0
+
+
+class Reporter:
+    """Prints what happens, as it happens."""
+
+    def __init__(
+        self,
+        *,
+        log: TextIO | None = None,
+        results: TextIO | None = None,
+        every: float = PROGRESS_EVERY,
+    ) -> None:
+        self._log = log
+        self._results = results
+        self.every = every
+        self._next: dict[tuple[str, str], float] = {}
+        self._multi: dict[str, bool] = {}
+
+    def _print(self, line: str, stream: TextIO | None) -> None:
+        print(line, file=stream if stream is not None else sys.stderr, flush=True)
+
+    def started(self, req: KernelRequest) -> None:
+        self._multi[req.name] = len(req.isas) > 1
+        self._print(f"morello: kernel {req.name} ({req.describe()})", self._log)
+
+    def progress(self, name: str, isa: str, solved: int, seconds: float) -> None:
+        key = (name, isa)
+        if seconds < self._next.get(key, self.every):
+            return
+        self._next[key] = seconds + self.every
+        which = f" [{isa}]" if self._multi.get(name) else ""
+        self._print(f"  {name}{which}: {solved} Specs solved, {seconds:.0f} s", self._log)
+
+    def done(self, out: KernelOutput) -> None:
+        self._print(out.summary, self._results if self._results is not None else sys.stdout)
+
+    def finished(self, outputs: Sequence[KernelOutput], seconds: float) -> None:
+        hits = sum(o.cache_hit for o in outputs)
+        n = len(outputs)
+        self._print(
+            f"morello: {n} kernel{'s' if n != 1 else ''} in {_fmt(seconds)}: "
+            f"{n - hits} synthesized, {hits} from the cache",
+            self._log,
+        )
+
+
+def _fmt(s: float) -> str:
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
+
+
+def run_kernels(
+    reqs: Sequence[KernelRequest],
+    *,
+    verify: bool | Mapping[str, bool],
+    use_cache: bool = True,
+    compiler: str | None = None,
+    jobs: int = 1,
+    on_output: Callable[[KernelOutput], None] | None = None,
+    reporter: Reporter | None = None,
+) -> list[KernelOutput]:
+    """Produce every request (up to `jobs` at once), in the order given.
+
+    `on_output` sees each kernel as soon as it is done; the first failure stops the rest
+    and raises `GenerateError` (kernels already done were passed to `on_output`).
+    """
+    rep = reporter or Reporter()
+    start = time.perf_counter()
+
+    def verify_of(r: KernelRequest) -> bool:
+        return verify if isinstance(verify, bool) else verify[r.name]
+
+    done: dict[str, KernelOutput] = {}
+    if jobs <= 1 or len(reqs) <= 1:
+        for r in reqs:
+            rep.started(r)
+            out = produce(
+                r,
+                verify=verify_of(r),
+                use_cache=use_cache,
+                compiler=compiler,
+                progress=_named(rep, r.name),
+            )
+            rep.done(out)
+            if on_output is not None:
+                on_output(out)
+            done[r.name] = out
+    else:
+        _run_parallel(reqs, verify_of, use_cache, compiler, jobs, on_output, rep, done)
+    outputs = [done[r.name] for r in reqs]
+    if len(outputs) > 1:
+        rep.finished(outputs, time.perf_counter() - start)
+    return outputs
+
+
+def _named(rep: Reporter, name: str) -> Callable[[str, int, float], None]:
+    def progress(isa: str, solved: int, seconds: float) -> None:
+        rep.progress(name, isa, solved, seconds)
+
+    return progress
+
+
+def _child(
+    req: KernelRequest,
+    verify: bool,
+    use_cache: bool,
+    compiler: str | None,
+    q: Any,
+) -> None:
+    def progress(isa: str, solved: int, seconds: float) -> None:
+        q.put(("progress", req.name, (isa, solved, seconds)))
+
+    try:
+        out = produce(req, verify=verify, use_cache=use_cache, compiler=compiler, progress=progress)
+    except MorelloError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        q.put(("error", req.name, msg))
+    except BaseException as exc:  # a bug: keep the traceback in the log
+        traceback.print_exc()
+        q.put(("error", req.name, f"{req.name}: internal error: {type(exc).__name__}: {exc}"))
+    else:
+        q.put(("done", req.name, out))
+
+
+def _run_parallel(
+    reqs: Sequence[KernelRequest],
+    verify_of: Callable[[KernelRequest], bool],
+    use_cache: bool,
+    compiler: str | None,
+    jobs: int,
+    on_output: Callable[[KernelOutput], None] | None,
+    rep: Reporter,
+    done: dict[str, KernelOutput],
+) -> None:
+    from morello_build import api  # noqa: F401  (imported once, shared by the forks)
+
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    pending = list(reqs)
+    running: dict[str, Any] = {}
+    dead_since: dict[str, float] = {}
+    error: str | None = None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        while (pending or running) and error is None:
+            while pending and len(running) < jobs:
+                r = pending.pop(0)
+                rep.started(r)
+                p = ctx.Process(
+                    target=_child,
+                    args=(r, verify_of(r), use_cache, compiler, q),
+                    name=f"morello-{r.name}",
+                    daemon=True,
+                )
+                p.start()
+                running[r.name] = p
+            try:
+                kind, name, payload = q.get(timeout=0.25)
+            except queue.Empty:
+                error = _check_dead(running, dead_since)
+                continue
+            if kind == "progress":
+                rep.progress(name, *payload)
+                continue
+            running.pop(name).join()
+            if kind == "error":
+                error = payload
+                continue
+            rep.done(payload)
+            if on_output is not None:
+                on_output(payload)
+            done[name] = payload
+    finally:
+        for p in running.values():
+            p.terminate()
+        for p in running.values():
+            p.join()
+        q.close()
+    if error is not None:
+        raise GenerateError(error)
+
+
+def _check_dead(running: dict[str, Any], dead_since: dict[str, float]) -> str | None:
+    """A worker that ended without a result: killed, or crashed in C code."""
+    now = time.monotonic()
+    for name, p in running.items():
+        if p.is_alive():
+            continue
+        if p.exitcode != 0:
+            return f"{name}: the synthesis process died (exit code {p.exitcode})"
+        # Exited cleanly: its result is still in the pipe; give it a moment to arrive.
+        if now - dead_since.setdefault(name, now) > 10:
+            return f"{name}: the synthesis process ended without a result"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# The CMake build step
+
+
+def _stale(out_dir: Path, req: KernelRequest, depends: Sequence[str]) -> bool:
+    """Whether kernel `req` must be produced: its stamp is missing or older than its
+    declaration stamp or a hand schedule it uses, or one of its outputs is missing."""
+    try:
+        built = build_stamp(out_dir, req.name).stat().st_mtime_ns
+    except FileNotFoundError:
+        return True
+    for dep in (decl_stamp(out_dir, req.name), *map(Path, depends)):
+        try:
+            if dep.stat().st_mtime_ns > built:
+                return True
+        except FileNotFoundError:
+            return True
+    outputs = [f.name for f in source_files(req.name, req.isas)]
+    outputs += [*header_files(req.name, req.isas), f"{req.name}.json"]
+    return not all((out_dir / f).is_file() for f in outputs)
+
+
+def _build_parser(prog: str) -> argparse.ArgumentParser:
+    from morello_build.build.generate import _add_run_args, _Parser
+
+    p = _Parser(
+        prog=prog,
+        description="CMake's build step: produce the configured kernels of one output "
+        "directory whose declarations changed since they were last built.",
+    )
+    p.add_argument("--out-dir", required=True, help="the output directory configure wrote")
+    p.add_argument("--kernel", action="append", required=True, help="a configured kernel")
+    _add_run_args(p)
+    return p
+
+
+def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build") -> int:
+    """Produce the kernels configure recorded in `--out-dir` that are out of date."""
+    from morello_build.build.generate import _parse
+
+    args = _parse(_build_parser(prog), argv, prog)
+    if isinstance(args, int):
+        return args
+    out_dir = Path(args.out_dir)
+    try:
+        configured = []
+        for name in dict.fromkeys(args.kernel):
+            path = decl_stamp(out_dir, name)
+            try:
+                doc = json.loads(path.read_text())
+                configured.append(request_from_doc(doc))
+            except FileNotFoundError:
+                raise GenerateError(f"{path}: missing; re-run the CMake configure step") from None
+            except (ValueError, KeyError, TypeError) as exc:
+                raise GenerateError(
+                    f"{path}: unreadable ({type(exc).__name__}: {exc}); "
+                    "re-run the CMake configure step"
+                ) from None
+        stale = [(r, v) for r, v, deps in configured if _stale(out_dir, r, deps)]
+        for r, _ in stale:  # hand schedules are imported from their declaration's folder
+            if r.sys_path and r.sys_path not in sys.path:
+                sys.path.insert(0, r.sys_path)
+
+        def write(out: KernelOutput) -> None:
+            write_outputs(out_dir, [out], full=False)
+            build_stamp(out_dir, out.name).parent.mkdir(parents=True, exist_ok=True)
+            build_stamp(out_dir, out.name).touch()
+
+        run_kernels(
+            [r for r, _ in stale],
+            verify=args.verify if args.verify is not None else {r.name: v for r, v in stale},
+            use_cache=not args.no_cache,
+            compiler=args.cc,
+            jobs=args.jobs,
+            on_output=write,
+        )
+        # Every stamp newer than every declaration: make (one rule, several outputs) and
+        # Ninja both see the step as done.
+        for r, _, _ in configured:
+            stamp = build_stamp(out_dir, r.name)
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
+    except MorelloError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: {msg}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr, flush=True)
+        return 2
+    return 0
