@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -316,3 +318,241 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "the following arguments are required: --out-dir" in proc.stderr
     assert proc.stderr.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# SPEC text of morello_add_kernel / generate --spec: the command line's shorthand, its
+# meaning and its messages (issue 30, item 5).
+
+SHORTHANDS = [
+    "matmul 64x64x64",
+    "matmul 1x288x288 --layout-b col",
+    "MATMUL 2x8x16x4 --dtype bf16 --accumulate",
+    "matmul 8x8x8 --threads 2",
+    "matmul  16x32x8   --layout-b=col --dtype=bf16",
+]
+
+
+def _cli_args(words: list[str]) -> object:
+    from morello_build.cli import build_parser
+
+    return build_parser().parse_args(["synth", *words])
+
+
+@pytest.mark.parametrize("text", SHORTHANDS)
+def test_spec_shorthand_means_what_the_cli_means(text: str) -> None:
+    from morello_build.build.shorthand import expand_spec
+    from morello_build.cli import spec_from_args
+
+    args = _cli_args(text.split())
+    got = expand_spec(text)
+    assert got.text == spec_from_args(args)  # type: ignore[arg-type]
+    assert got.threads == args.threads  # type: ignore[attr-defined]
+
+
+def test_spec_text_form_is_kept() -> None:
+    from morello_build.build.shorthand import expand_spec
+
+    text = "Matmul(1x8x16x4, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
+    assert expand_spec(text).text == text
+    assert expand_spec("Matmul (1x8x8x8, f32:GL:row, f32:GL:row, f32:GL:row)").threads == 1
+
+
+def _cli_message(words: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one-line error `morello synth <words>` gives, without its `prog: error:` prefix."""
+    from morello_build.cli import spec_from_args
+    from morello_build.errors import MorelloError
+
+    try:
+        args = _cli_args(words)
+    except SystemExit:
+        return capsys.readouterr().err.strip().splitlines()[-1].split(": error: ", 1)[1]
+    if args.threads < 1:  # type: ignore[attr-defined]
+        return "--threads must be at least 1"
+    with pytest.raises(MorelloError) as info:
+        from morello_build.ir.text import parse_spec
+
+        parse_spec(spec_from_args(args))  # type: ignore[arg-type]
+    return str(info.value)
+
+
+BAD_SPECS = [
+    "matmul 1x288x288 --layout-b cl",
+    "matmul 8x8x8 --dtype f16",
+    "matmul 8x8",
+    "matmul 8x0x8",
+    "matmul 8x8x8 --transpose",
+    "matmul 8x8x8 --threads 0",
+    "Matmul(1x8x8, f32:GL:row)",
+    "Matmul(4x4x4, f33:GL:row, f32:GL:row, f32:GL:row)",
+]
+
+
+@pytest.mark.parametrize("text", BAD_SPECS)
+def test_bad_spec_messages_are_the_cli_messages(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from morello_build.build.shorthand import expand_spec, is_shorthand
+    from morello_build.errors import MorelloError
+    from morello_build.ir.text import parse_spec
+
+    words = text.split() if is_shorthand(text) else [text]
+    expected = _cli_message(words, capsys)
+    with pytest.raises(MorelloError) as info:
+        parse_spec(expand_spec(text).text)
+    assert str(info.value) == expected
+
+
+def test_generate_checks_a_spec_before_synthesizing(tmp_path: Path) -> None:
+    """`generate --spec` (what CMake's configure step runs) fails on one line, writes nothing."""
+    out = tmp_path / "out"
+    proc = _cli(
+        [
+            "--spec",
+            "matmul 1x288x288 --layout-b cl",
+            "--name",
+            "mv",
+            "--out-dir",
+            str(out),
+            "--cmake-info",
+            str(out / "info.cmake"),
+            "--where",
+            'SPEC "matmul 1x288x288 --layout-b cl"',
+        ],
+        tmp_path,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "error: SPEC \"matmul 1x288x288 --layout-b cl\": argument --layout-b: invalid choice: 'cl'"
+        " (choose from 'row', 'col')\n",
+    )
+    proc = _cli(
+        ["--spec", "Matmul(1x8x8, f32:GL:row)", "--name", "mv", "--out-dir", str(out)],
+        tmp_path,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "error: --spec (mv): Matmul takes 3 operand(s), got 1\n",
+    )
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# The build step builds what configure resolved (issue 30, item 4), and reports progress
+# (item 10).
+
+MM_TOML = """
+target = "native"
+
+[[kernel]]
+name = "ka"
+shape = [4, 4, 4]
+
+[[kernel]]
+name = "kb"
+shape = [4, 8, 4]
+
+[[kernel]]
+name = "kc"
+shape = [8, 4, 4]
+target = "x86-64"
+"""
+
+
+@pytest.fixture
+def slow_api(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """The real synthesizer, reporting a fake 12-second search (every 2 s, as the DP does);
+    records the keyword arguments of each call."""
+    from morello_build import api
+
+    real = api.synthesize_kernel
+    calls: list[dict[str, object]] = []
+
+    def synthesize_kernel(spec: str, **kw: object):  # type: ignore[no-untyped-def]
+        progress = kw.pop("progress", None)
+        calls.append(dict(kw))
+        if callable(progress):
+            for t in range(2, 13, 2):
+                progress(1000 * t, float(t))
+        return real(spec, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "synthesize_kernel", synthesize_kernel)
+    return calls
+
+
+def test_generate_prints_progress_as_it_goes(
+    tmp_path: Path, slow_api: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from morello_build.build.generate import generate_main
+
+    cfg = _write(tmp_path, MM_TOML, "morello.toml")
+    code = generate_main(
+        ["--config", str(cfg), "--out-dir", str(tmp_path / "o"), "--no-verify", "--kernel", "ka"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0].startswith("morello: kernel ka (")
+    # Reported at 2, 4, ... 12 s; printed every 5 s or more.
+    assert lines[1:] == ["  ka: 6000 Specs solved, 6 s", "  ka: 12000 Specs solved, 12 s"]
+    assert out.startswith("ka: ") and out.count("\n") == 1
+
+
+def test_parallel_generate_reports_every_kernel(
+    tmp_path: Path, slow_api: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from morello_build.build.generate import generate_main
+
+    cfg = _write(tmp_path, MM_TOML, "morello.toml")
+    out_dir = tmp_path / "o"
+    code = generate_main(
+        ["--config", str(cfg), "--out-dir", str(out_dir), "--no-verify", "--jobs", "2"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    for k in ("ka", "kb", "kc"):
+        assert f"morello: kernel {k} (" in err
+        assert f"  {k}: 12000 Specs solved, 12 s" in err
+    assert re.fullmatch(
+        r"morello: 3 kernels in [0-9.]+ s: \d synthesized, \d from the cache", err.splitlines()[-1]
+    ), err
+    assert sorted(line.split(":")[0] for line in out.splitlines()) == ["ka", "kb", "kc"]
+    assert {"ka.c", "kb.c", "kc.c", "manifest.json"} <= {p.name for p in out_dir.iterdir()}
+
+
+def test_build_step_uses_the_configured_tuning(
+    tmp_path: Path,
+    slow_api: list[dict[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Configure resolves `target = "native"` to this host's ISA and tuning; the build step
+    must synthesize with that tuning, not the ISA's generic one (here the host is made to
+    look like a Zen 4)."""
+    from morello_build.build.generate import generate_main
+    from morello_build.build.runner import build_main
+    from morello_build.target import x86
+
+    monkeypatch.setattr(x86, "native_tune", lambda: "zen4")
+    cfg = _write(tmp_path, MM_TOML, "morello.toml")
+    out_dir = tmp_path / "o"
+    info = tmp_path / "info.cmake"
+    args = ["--config", str(cfg), "--out-dir", str(out_dir), "--cmake-info", str(info)]
+    assert generate_main(args) == 0
+    assert 'set(_MORELLO_ka_TUNE "zen4")' in info.read_text()
+    assert build_main(["--out-dir", str(out_dir), "--kernel", "ka", "--no-verify"]) == 0
+    assert [c["tune"] for c in slow_api] == ["zen4"]
+    assert json.loads((out_dir / "ka.json").read_text())["tune"] == "zen4"
+    assert "(tune zen4)" in (out_dir / "ka.c").read_text().splitlines()[0]
+    # Up to date: nothing runs; a newer declaration stamp runs that kernel only.
+    assert build_main(["--out-dir", str(out_dir), "--kernel", "ka", "--kernel", "kc"]) == 0
+    assert [c["name"] for c in slow_api] == ["ka", "kc"]
+    assert build_main(["--out-dir", str(out_dir), "--kernel", "ka", "--kernel", "kc"]) == 0
+    assert len(slow_api) == 2
+    decl = out_dir / ".decl" / "kc.decl"
+    stamp = out_dir / ".stamp" / "kc.stamp"
+    os.utime(decl, ns=(stamp.stat().st_mtime_ns + 10**9,) * 2)
+    assert build_main(["--out-dir", str(out_dir), "--kernel", "ka", "--kernel", "kc"]) == 0
+    assert [c["name"] for c in slow_api] == ["ka", "kc", "kc"]
+    assert slow_api[-1]["tune"] == "generic"  # an explicitly named ISA: generic
+    capsys.readouterr()
