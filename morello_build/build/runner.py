@@ -105,8 +105,9 @@ def run_kernels(
 ) -> list[KernelOutput]:
     """Produce every request (up to `jobs` at once), in the order given.
 
-    `on_output` sees each kernel as soon as it is done; the first failure stops the rest
-    and raises `GenerateError` (kernels already done were passed to `on_output`).
+    `on_output` sees each kernel as soon as it is done. After a failure no other kernel
+    starts; those running finish (and reach `on_output`), as build tools let running jobs
+    finish, then the first failure is raised as `GenerateError` (later ones are printed).
     """
     rep = reporter or Reporter()
     start = time.perf_counter()
@@ -187,8 +188,8 @@ def _run_parallel(
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        while (pending or running) and error is None:
-            while pending and len(running) < jobs:
+        while running or (pending and error is None):
+            while pending and error is None and len(running) < jobs:
                 r = pending.pop(0)
                 rep.started(r)
                 p = ctx.Process(
@@ -202,14 +203,18 @@ def _run_parallel(
             try:
                 kind, name, payload = q.get(timeout=0.25)
             except queue.Empty:
-                error = _check_dead(running, dead_since)
+                dead = _check_dead(running, dead_since)
+                if dead is not None:
+                    name, why = dead
+                    running.pop(name).join()
+                    error = _first(error, why)
                 continue
             if kind == "progress":
                 rep.progress(name, *payload)
                 continue
             running.pop(name).join()
             if kind == "error":
-                error = payload
+                error = _first(error, payload)
                 continue
             rep.done(payload)
             if on_output is not None:
@@ -225,17 +230,25 @@ def _run_parallel(
         raise GenerateError(error)
 
 
-def _check_dead(running: dict[str, Any], dead_since: dict[str, float]) -> str | None:
-    """A worker that ended without a result: killed, or crashed in C code."""
+def _first(error: str | None, new: str) -> str:
+    """The error to raise: the first; later ones are printed as they come."""
+    if error is None:
+        return new
+    print(f"error: {new}", file=sys.stderr, flush=True)
+    return error
+
+
+def _check_dead(running: dict[str, Any], dead_since: dict[str, float]) -> tuple[str, str] | None:
+    """A worker that ended without a result (killed, or crashed in C code): (name, why)."""
     now = time.monotonic()
     for name, p in running.items():
         if p.is_alive():
             continue
         if p.exitcode != 0:
-            return f"{name}: the synthesis process died (exit code {p.exitcode})"
+            return name, f"{name}: the synthesis process died (exit code {p.exitcode})"
         # Exited cleanly: its result is still in the pipe; give it a moment to arrive.
         if now - dead_since.setdefault(name, now) > 10:
-            return f"{name}: the synthesis process ended without a result"
+            return name, f"{name}: the synthesis process ended without a result"
     return None
 
 
