@@ -1,5 +1,7 @@
 """End to end: a fresh venv pip-installs example_project with this checkout as its build
-requirement, checks every kernel against numpy, then reinstalls warm (all cache hits).
+requirement, checks every kernel against numpy, then reinstalls warm (all cache hits), builds
+the same kernels with plain CMake as example_project/README.md says, and checks that pip,
+plain CMake and `morello synth` wrote byte-identical C.
 
 Slow (minutes): pip builds two wheels, synthesis runs cold once. Timings are printed (-s) and
 written to $MORELLO_E2E_REPORT when set. Until the synthesizer API exists, a copy of the
@@ -23,6 +25,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "build_fixtures"
 KERNELS = ("mm64", "mm256", "matvec_bf16", "mm_odd")
+#: `morello synth` words for each kernel of example_project/pyproject.toml.
+SYNTH_WORDS = {
+    "mm64": ["matmul", "64x64x64"],
+    "mm256": ["matmul", "256x256x256"],
+    "matvec_bf16": ["matmul", "1x2048x4096", "--dtype", "bf16"],
+    "mm_odd": ["matmul", "100x37x250"],
+}
 
 pytestmark = [
     pytest.mark.slow,
@@ -140,9 +149,17 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
         str(example),
     ]
 
-    cold_log, timings["pip_install_cold"] = _run(install, env, tmp_path)
+    # The cold build keeps its build directory, to compare its C with `morello synth`.
+    pip_build = tmp_path / "pip-build"
+    cold_log, timings["pip_install_cold"] = _run(
+        [*install, f"--config-settings=build-dir={pip_build}"], env, tmp_path
+    )
     cold = _summaries(cold_log)
     assert set(cold) == set(KERNELS), cold_log[-5000:]
+    # pip -v shows the build step as it goes: a line per kernel as it starts, a summary.
+    for k in KERNELS:
+        assert re.search(rf"^\s*morello: kernel {k} \(", cold_log, re.M), cold_log[-5000:]
+    assert re.search(r"^\s*morello: 4 kernels in [0-9.]+ s: 4 synthesized", cold_log, re.M)
 
     out, _ = _run(
         [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(example / "tests")], env, tmp_path
@@ -162,39 +179,67 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
     )
     assert out.strip() == str(sorted(KERNELS))
 
-    # The same kernels with plain CMake, found through --cmake-dir, linked into a C program.
+    # The same kernels with plain CMake, as example_project/README.md says: from the root of
+    # the checkout, the venv holding morello-build, found through --cmake-dir; linked into a
+    # C program.
     _run(
         [py, "-m", "pip", "install", "-q", "--find-links", str(dist), "morello-build"],
         env,
         tmp_path,
     )
-    cmake_dir, _ = _run([py, "-m", "morello_build", "--cmake-dir"], env, tmp_path)
+    shutil.copytree(example, src / "example_project", ignore=shutil.ignore_patterns("build"))
+    cmake_dir, _ = _run([py, "-m", "morello_build", "--cmake-dir"], env, src)
+    assert Path(cmake_dir.strip()) == src / "morello_build" / "cmake"
     build = tmp_path / "cmake-build"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     _run(
         [
             "cmake",
             "-S",
-            str(example),
+            "example_project",
             "-B",
             str(build),
             *gen,
-            f"-DMorelloBuild_ROOT={cmake_dir.strip()}",
+            f"-DMorelloBuild_DIR={cmake_dir.strip()}",
             f"-DPython_EXECUTABLE={py}",
             "-DEXAMPLE_PROJECT_C_TEST=ON",
             "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror",
         ],
         env,
-        tmp_path,
+        src,
     )
-    cmake_log, timings["plain_cmake_build"] = _run(["cmake", "--build", str(build)], env, tmp_path)
+    cmake_log, timings["plain_cmake_build"] = _run(["cmake", "--build", str(build)], env, src)
     plain = _summaries(cmake_log)
     assert set(plain) == set(KERNELS), cmake_log
     assert all(line.startswith(f"{k}: cache hit") for k, line in plain.items()), plain
     c_out, _ = _run([str(build / "check_kernels")], env, tmp_path)
     assert c_out.count(" ok ") == len(KERNELS), c_out
-    again, _ = _run(["cmake", "--build", str(build)], env, tmp_path)
+    again, _ = _run(["cmake", "--build", str(build)], env, src)
     assert _summaries(again) == {}, again
+
+    # pip, plain CMake and `morello synth` write the same C for the same declaration.
+    for k, words in SYNTH_WORDS.items():
+        c = tmp_path / f"{k}.c"
+        _run(
+            [
+                py,
+                "-m",
+                "morello_build",
+                "synth",
+                *words,
+                "--format",
+                "c",
+                "--name",
+                k,
+                "-o",
+                str(c),
+            ],
+            env,
+            tmp_path,
+        )
+        for built in (pip_build, build):
+            got = built / "morello" / "_kernels_morello_kernels" / f"{k}.c"
+            assert got.read_bytes() == c.read_bytes(), f"{got} differs from morello synth"
 
     report = {
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
