@@ -556,3 +556,39 @@ def test_build_step_uses_the_configured_tuning(
     assert [c["name"] for c in slow_api] == ["ka", "kc", "kc"]
     assert slow_api[-1]["tune"] == "generic"  # an explicitly named ISA: generic
     capsys.readouterr()
+
+
+def test_build_step_failure_lets_running_kernels_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As make and Ninja do: after a failure nothing new starts, what runs finishes and is
+    written (its stamp too, so the next build does not redo it), and the step fails."""
+    import time
+
+    from morello_build import api
+    from morello_build.build.generate import generate_main
+    from morello_build.build.runner import build_main
+    from morello_build.errors import SpecError
+
+    real = api.synthesize_kernel
+
+    def synthesize_kernel(spec: str, **kw: object):  # type: ignore[no-untyped-def]
+        if kw["name"] == "kb":
+            raise SpecError("kb: no way")
+        time.sleep(0.5)
+        return real(spec, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "synthesize_kernel", synthesize_kernel)
+    cfg = _write(tmp_path, MM_TOML, "morello.toml")
+    out_dir = tmp_path / "o"
+    info = str(tmp_path / "info.cmake")
+    assert (
+        generate_main(["--config", str(cfg), "--out-dir", str(out_dir), "--cmake-info", info]) == 0
+    )
+    args = ["--out-dir", str(out_dir), "--kernel", "ka", "--kernel", "kb", "--kernel", "kc"]
+    assert build_main([*args, "--jobs", "2", "--no-verify"]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1] == f'error: {cfg}: [kernel] "kb": kb: no way'
+    assert out.startswith("ka: ")
+    assert (out_dir / "ka.c").is_file() and (out_dir / ".stamp" / "ka.stamp").is_file()
+    assert not (out_dir / "kc.c").exists() and "kernel kc" not in err
