@@ -60,6 +60,7 @@ def serial_impls():
     return {n: result(synth(n, None))[0]["impl"] for n in SPECS}
 
 
+@pytest.mark.slow
 def test_four_processes_share_one_cache(tmp_path, serial_impls):
     procs = {n: synth(n, tmp_path) for n in SPECS}
     for n, p in procs.items():
@@ -73,6 +74,7 @@ def test_four_processes_share_one_cache(tmp_path, serial_impls):
         assert doc["solved"] == 0 and doc["impl"] == serial_impls[n]
 
 
+@pytest.mark.slow
 def test_killed_writers_leave_a_usable_cache(tmp_path, serial_impls):
     for delay in (0.5, 1.0, 1.5, 2.0, 3.0):
         p = synth("32x16x16", tmp_path)

@@ -107,6 +107,7 @@ def test_bench_compiler_choice():
     assert bad.returncode == 2 and "invalid choice: 'icc'" in bad.stderr
 
 
+@pytest.mark.slow
 def test_bench_scaling_times_the_one_thread_kernel_beside_the_threaded_one():
     """`bench --threads 2 --scaling` synthesizes the Spec for one thread too (C name
     `<name>_1t`), times it in the same harness and reports the speed-up."""
@@ -122,11 +123,12 @@ def test_bench_scaling_times_the_one_thread_kernel_beside_the_threaded_one():
     assert doc["best_peer"] == "naive"
 
 
+@pytest.mark.slow
 def test_schedule_option_prints_verifies_and_writes_the_hand_schedule():
     """`--schedule module:function` replaces the search by a hand schedule (holes filled by
     the search): the tree and JSON name it, verify checks it against numpy, and the C is
     the schedule's (no memset: its register tiles start from zero)."""
-    common = ("matmul", "100x64x96", "--target", "avx2", "--no-cache", "-q")
+    common = ("matmul", "100x64x96", "--target", "avx2", "-q")  # the session's cache
     sched = ("--schedule", "morello_build.examples:avx2_matmul_packed_b")
     tree = morello("synth", *common, *sched)
     assert tree.returncode == 0, tree.stderr

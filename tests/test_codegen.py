@@ -278,6 +278,7 @@ def test_packed_scratch_buffer() -> None:
         check(tree, isa)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_heap_workspace_is_allocated_once_per_call_or_thread(threads: int) -> None:
     """A packed B block too big for the stack, inside the k loop: allocated once, before

@@ -34,6 +34,7 @@ def _avx2_row(
     return p
 
 
+@pytest.mark.slow
 def test_rows_below_the_threshold_are_benchmarked_again(tmp_path: Path) -> None:
     p = _avx2_row(tmp_path, "8", "100")  # every row qualifies: 8^3 runs twice more
     doc = json.loads((tmp_path / "r.json").read_text())

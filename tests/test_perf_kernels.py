@@ -428,6 +428,7 @@ def _strip_gemm() -> Impl:
     return _synth("Matmul(1x36x128x128, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_whole_k_register_tiles_read_narrow_b_strips_from_l2(compiler: str) -> None:
     """B of 128x128 f32 fills the model's L1. The DP views it in L2 and runs whole-k 12x32
@@ -449,6 +450,7 @@ def _l2_gemm() -> Impl:
     return _synth("Matmul(1x96x256x128, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_a_b_reused_across_row_blocks_is_read_from_l2(compiler: str) -> None:
     """B (128 KiB) is too big for L1 and is read once per block of rows: the DP keeps it

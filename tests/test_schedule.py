@@ -103,6 +103,7 @@ def test_packed_b_schedule_zeroes_c_in_registers_and_matches_numpy(shape):
     _verify_with_gcc_and_clang(generate_c(impl, f"mm_packed_b_{m}", "avx2"))
 
 
+@pytest.mark.slow
 def test_packed_b_schedule_splits_columns_between_threads_and_matches_numpy():
     """Built for 2 threads, the threads split C's columns first and each packs only its
     own columns of B (48 of 96: three panels); results right with both compilers."""
@@ -117,6 +118,7 @@ def test_packed_b_schedule_splits_columns_between_threads_and_matches_numpy():
     _verify_with_gcc_and_clang(generate_c(impl, "mm_packed_b_t2", "avx2"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_split_columns_schedule_gives_each_thread_its_columns_and_matches_numpy(isa):
     """Built for 2 threads, the threads split C's columns and the search plans each part;

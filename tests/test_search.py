@@ -56,6 +56,7 @@ def test_dp_matches_exhaustive_enumeration(text, isa):
     assert (result.cost.main, result.cost.peaks) == (best.main, best.peaks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_matmul_64_is_register_blocked(isa):
     t = get_target(isa)
