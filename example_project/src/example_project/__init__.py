@@ -11,11 +11,10 @@ from example_project._kernels import (  # type: ignore[import-not-found]
     __morello_kernels__,
     matvec_bf16,
     mm64,
-    mm256,
     mm_odd,
 )
 
 KERNELS: dict[str, object] = {name: globals()[name] for name in __morello_kernels__}
 INFO: dict[str, dict[str, object]] = __morello_info__
 
-__all__ = ["INFO", "KERNELS", "matvec_bf16", "mm64", "mm256", "mm_odd"]
+__all__ = ["INFO", "KERNELS", "matvec_bf16", "mm64", "mm_odd"]
