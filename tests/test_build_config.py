@@ -102,19 +102,19 @@ CASES: list[tuple[str, str, str]] = [
     (
         "bad_name",
         '[tool.morello]\n[[tool.morello.kernel]]\nname = "2mm"\nshape = [1, 2, 3]\n',
-        f'{P} "2mm": name: expected a C identifier (a letter, then letters, digits or single '
-        'underscores), got "2mm"',
+        f'{P} #1: name: "2mm" is not a C identifier (expected an ASCII letter, then letters, '
+        "digits or single underscores); choose another name",
     ),
     (
         "double_underscore",
         '[tool.morello]\n[[tool.morello.kernel]]\nname = "mm__avx2"\nshape = [1, 2, 3]\n',
-        f'{P} "mm__avx2": name: expected a C identifier (a letter, then letters, digits or single '
-        'underscores), got "mm__avx2"',
+        f"{P} #1: name: \"mm__avx2\" contains '__' (reserved in C++, and used for per-ISA "
+        "variants); choose another name",
     ),
     (
         "keyword_name",
         '[tool.morello]\n[[tool.morello.kernel]]\nname = "float"\nshape = [1, 2, 3]\n',
-        f'{P} "float": name: expected a C identifier that is not a reserved word, got "float"',
+        f'{P} #1: name: "float" is a C or C++ keyword; choose another name',
     ),
     (
         "name_not_string",

@@ -7,7 +7,6 @@ that names the file, the kernel, the key, what was expected and what was found.
 
 from __future__ import annotations
 
-import keyword
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -17,6 +16,7 @@ from typing import Any
 
 from morello_build.codegen.abi import OperandABI
 from morello_build.errors import MorelloError
+from morello_build.names import kernel_name_problem, show_name
 from morello_build.target.x86 import TUNES as TARGET_TUNES
 
 if sys.version_info >= (3, 11):
@@ -55,52 +55,11 @@ _KERNEL_KEYS = (
     "schedule",
 )
 
-_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _SCHEDULE = re.compile(
     r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z"
 )
-_C_KEYWORDS = frozenset(
-    [
-        "auto",
-        "break",
-        "case",
-        "char",
-        "const",
-        "continue",
-        "default",
-        "do",
-        "double",
-        "else",
-        "enum",
-        "extern",
-        "float",
-        "for",
-        "goto",
-        "if",
-        "inline",
-        "int",
-        "long",
-        "register",
-        "restrict",
-        "return",
-        "short",
-        "signed",
-        "sizeof",
-        "static",
-        "struct",
-        "switch",
-        "typedef",
-        "union",
-        "unsigned",
-        "void",
-        "volatile",
-        "while",
-        "main",
-    ]
-)
-#: Names that would collide with files the generator writes next to the kernels.
-_RESERVED = frozenset({"morello_kernels", "manifest"})
-_MAX_THREADS = 1024
+#: Most threads a kernel may use (declarations and the command line alike).
+MAX_THREADS = 1024
 
 
 class ConfigError(MorelloError):
@@ -185,8 +144,8 @@ def toml_repr(value: object) -> str:
     """Render a parsed TOML value the way the user wrote it, for error messages."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, str):  # escaped and shortened: messages stay one line
+        return show_name(value, limit=60)
     if isinstance(value, list):
         return "[" + ", ".join(toml_repr(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -319,7 +278,8 @@ def _parse_kernel(
     default_tune: str | None = None,
 ) -> KernelDecl:
     raw_name = table.get("name")
-    label = f'"{raw_name}"' if isinstance(raw_name, str) else f"#{index}"
+    name_problem = kernel_name_problem(raw_name)
+    label = show_name(raw_name) if name_problem is None else f"#{index}"
 
     def err(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{kernel_label} {label}: {key}: {msg}")
@@ -333,17 +293,8 @@ def _parse_kernel(
         raise err("name", "missing (expected a C identifier)")
     if not isinstance(raw_name, str):
         raise err("name", f"expected a C identifier, got {toml_repr(raw_name)}")
-    if not _IDENT.match(raw_name) or "__" in raw_name:
-        raise err(
-            "name",
-            "expected a C identifier (a letter, then letters, digits or single underscores), "
-            f"got {toml_repr(raw_name)}",
-        )
-    if raw_name in _C_KEYWORDS or keyword.iskeyword(raw_name) or raw_name in _RESERVED:
-        raise err(
-            "name",
-            f"expected a C identifier that is not a reserved word, got {toml_repr(raw_name)}",
-        )
+    if name_problem is not None:  # names.py: keywords, libc, reserved prefixes, length
+        raise err("name", f"{show_name(raw_name)} {name_problem}; choose another name")
     name = raw_name
 
     # op
@@ -403,13 +354,9 @@ def _parse_kernel(
         raise err("accumulate", f"expected true or false, got {toml_repr(accumulate)}")
 
     threads = table.get("threads", 1)
-    if (
-        isinstance(threads, bool)
-        or not isinstance(threads, int)
-        or not 1 <= threads <= _MAX_THREADS
-    ):
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
         raise err(
-            "threads", f"expected an integer from 1 to {_MAX_THREADS}, got {toml_repr(threads)}"
+            "threads", f"expected an integer from 1 to {MAX_THREADS}, got {toml_repr(threads)}"
         )
 
     targets = (
