@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from compilers import CLANG_MISSING, have_compiler
+from shared_search import synthesize_impl
 
 from morello_build.actions.tile import shrink
 from morello_build.ccompile import CompileError
@@ -28,11 +29,10 @@ from morello_build.imp.nodes import Alloc, Hole, Impl, Loop
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
-from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, Spec, canonical
+from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, canonical
 from morello_build.ir.tensorspec import make_tensor
 from morello_build.ir.text import parse_spec
 from morello_build.schedule import Schedule
-from morello_build.search.dp import Search
 from morello_build.target.isa import host_supports
 from morello_build.target.x86 import get_target
 from morello_build.verify import IsaUnavailable, VerifyResult, verify_kernel
@@ -44,10 +44,7 @@ def synth(ls: LogicalSpec, isa: str) -> Impl:
     """Synthesize once per session (the search is the slow part of these tests)."""
     key = (isa, ls)
     if key not in _SYNTH:
-        t = get_target(isa)
-        impl = Search(t).reconstruct(Spec(ls, t.max_limits))
-        assert impl is not None, f"unsatisfiable: {ls.text()}"
-        _SYNTH[key] = impl
+        _SYNTH[key] = synthesize_impl(ls, isa)
     return _SYNTH[key]
 
 

@@ -7,14 +7,12 @@ build and verify the same C. AVX-512 cases skip when the host cannot execute the
 from __future__ import annotations
 
 import pytest
+from shared_search import synthesize_impl
 
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
 from morello_build.imp.nodes import Impl
-from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
-from morello_build.search.dp import Search
-from morello_build.target.x86 import get_target
 from morello_build.verify import IsaUnavailable, verify_kernel
 
 R, C = "f32:GL:row", "f32:GL:col"
@@ -83,10 +81,7 @@ def _name(spec_text: str) -> str:
 def synthesize(isa: str, spec_text: str) -> Impl:
     key = (isa, spec_text)
     if key not in _IMPLS:
-        t = get_target(isa)
-        impl = Search(t).reconstruct(Spec(parse_spec(spec_text), t.max_limits))
-        assert impl is not None, f"no implementation of {spec_text} on {isa}"
-        _IMPLS[key] = impl
+        _IMPLS[key] = synthesize_impl(parse_spec(spec_text), isa)
     return _IMPLS[key]
 
 

@@ -12,6 +12,7 @@ import functools
 import re
 
 import pytest
+from shared_search import synthesize_impl
 
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
@@ -20,9 +21,7 @@ from morello_build.codegen.kernels import STREAM_PREFETCH_AHEAD
 from morello_build.imp.nodes import Alloc, Block, Impl, Kernel, Loop
 from morello_build.imp.printer import iter_nodes
 from morello_build.ir.levels import Level
-from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
-from morello_build.search.dp import Search
 from morello_build.target.kernels import (
     KERNELS_BY_NAME,
     STREAM_LINE_COST,
@@ -40,10 +39,7 @@ def _kernels(impl: Impl) -> list[str]:
 
 
 def _synth(text: str, isa: str) -> Impl:
-    t = get_target(isa)
-    impl = Search(t).reconstruct(Spec(parse_spec(text), t.max_limits))
-    assert impl is not None
-    return impl
+    return synthesize_impl(parse_spec(text), isa)
 
 
 def _verify(impl: Impl, isa: str, compiler: str) -> None:
