@@ -8,7 +8,13 @@ from __future__ import annotations
 
 
 class MorelloError(Exception):
-    """An expected failure with a message meant for the user."""
+    """An expected failure with a message meant for the user.
+
+    ``str(exc)`` is the one-line message; ``detail`` (usually empty) holds lines printed
+    after it, e.g. the traceback of the user's own code that failed.
+    """
+
+    detail: str = ""
 
 
 class SpecError(MorelloError):
@@ -17,3 +23,12 @@ class SpecError(MorelloError):
 
 class NoImplementation(MorelloError):
     """The search found no program for a Spec under its memory limits."""
+
+
+class UserCodeError(MorelloError):
+    """The user's own code (a hand schedule) failed: the message says which and how; the
+    ``detail`` is the traceback of their frames only (what failed is theirs, not ours)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import TextIO
 
 from .persistent import verify_replays
-from .store import TableInfo, cache_root, clear, info
+from .schema import schema_stamp
+from .store import (
+    TableInfo,
+    cache_root,
+    clear,
+    info,
+    name_for_key,
+    root_problem,
+    stray_temp_files,
+)
 
 __all__ = ["ACTIONS", "format_info", "format_table", "format_verify", "run_cache_command"]
 
@@ -82,13 +91,23 @@ def format_info(rows: Sequence[TableInfo]) -> str:
     return format_table(header, body, right={3, 4, 5, 6, 7, 8})
 
 
-def format_verify(results: Sequence[tuple[Path, bool, str]]) -> str:
-    """One line per page file (status, path, reason) and a summary line."""
+def format_verify(
+    results: Sequence[tuple[Path, bool, str]], strays: Sequence[tuple[Path, int, bool]] = ()
+) -> str:
+    """One line per page file (status, path, reason), one per temp file a killed writer
+    left (`store.stray_temp_files`; those of running writers are not listed), a summary."""
     bad = sum(1 for _, ok, _ in results if not ok)
+    stale = [(p, pid) for p, pid, alive in strays if not alive]
     summary = f"{len(results)} page files checked, {bad} bad"
-    if not results:
+    if stale:
+        summary += (
+            f", {len(stale)} stray temp files (left by killed writers; the next write of "
+            "their table removes them, as does `morello cache clear`)"
+        )
+    if not results and not stale:
         return summary
     rows = [["ok" if ok else "BAD", str(p), "" if ok else reason] for p, ok, reason in results]
+    rows += [["STRAY", str(p), f"temp file of writer pid {pid}, which is gone"] for p, pid in stale]
     return format_table(["status", "file", "problem"], rows, right=set()) + "\n" + summary
 
 
@@ -96,7 +115,10 @@ def run_cache_command(action: str, root: Path | None = None, out: TextIO | None 
     """Run one cache subcommand, print its report, return the process exit code.
 
     ``root=None`` means the configured cache (``MORELLO_CACHE_DIR`` or the user cache
-    dir). ``verify`` exits 1 if any page file is bad; an unknown action exits 2.
+    dir): one that cannot be used (not a directory, or writable by other users) gets one
+    warning on stderr and is reported as not in use, as builds run without it. An explicit
+    ``root`` that is missing or not a directory is an error (exit 2), except for ``path``.
+    ``verify`` exits 1 if any page file is bad; an unknown action exits 2.
     """
     stream = out if out is not None else sys.stdout
     if action not in ACTIONS:
@@ -109,8 +131,19 @@ def run_cache_command(action: str, root: Path | None = None, out: TextIO | None 
     if base is None:
         print("caching is disabled (MORELLO_NO_CACHE=1)", file=stream)
         return 0
+    if root is not None and action != "path" and not base.is_dir():
+        why = "not a directory" if base.exists() else "no such directory"
+        print(f"morello cache: error: --root {base}: {why}", file=sys.stderr)
+        return 2
+    problem = root_problem(base, name_for_key(schema_stamp()), fix_root=root is None)
+    if problem is not None:
+        print(f"morello cache: warning: {problem}", file=sys.stderr)
     if action == "path":
         print(base, file=stream)
+        return 0
+    if problem is not None and root is None:  # builds do not use it: nothing to report
+        what = {"info": "cache is not in use", "clear": "removed 0 files"}
+        print(what.get(action, "0 page files checked, 0 bad") + " (see the warning)", file=stream)
         return 0
     if action == "info":
         print(f"cache: {base}", file=stream)
@@ -121,5 +154,5 @@ def run_cache_command(action: str, root: Path | None = None, out: TextIO | None 
         print(f"removed {n} files from {base}", file=stream)
         return 0
     results = verify_replays(base)
-    print(format_verify(results), file=stream)
+    print(format_verify(results, stray_temp_files(base)), file=stream)
     return 1 if any(not ok for _, ok, _ in results) else 0

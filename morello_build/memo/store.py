@@ -207,6 +207,150 @@ def _ensure_private_dir(path: Path, root: Path, fix_root: bool) -> None:
             os.chmod(c, 0o700)
 
 
+def _dir_problem(path: Path, st: os.stat_result, *, sticky_ok: bool) -> str | None:
+    """Why a directory of the cache must not be trusted (as ssh's StrictModes): owned by
+    another user (root excepted), or writable by group or others (a sticky directory such
+    as /tmp excepted where `sticky_ok`)."""
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid not in (os.getuid(), 0):
+        return f"{path} is owned by another user (uid {st.st_uid})"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022 and not (sticky_ok and mode & stat.S_ISVTX):
+        return f"{path} is writable by other users (mode {mode:04o})"
+    return None
+
+
+def root_problem(root: Path, *subdirs: str, fix_root: bool = False) -> str | None:
+    """Why the cache under `root` cannot be used (None: it can; a missing root is fine, it
+    is created on first write): the root, or a parent of it, is not a directory; or the
+    root or one of `subdirs` below it (schema, target directory names) exists but another
+    user could have written into it. `fix_root`: the root is the default location, whose
+    mode the store fixes itself (only its owner is checked)."""
+    p = root
+    while True:
+        try:
+            st = os.stat(p)
+            break
+        except FileNotFoundError:
+            if p.parent == p:
+                return None
+            p = p.parent
+        except OSError as e:
+            return f"{p}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{p} is not a directory"
+    if p != root:
+        return None  # nothing of ours exists yet
+    problem = _dir_problem(root, st, sticky_ok=True)
+    if problem is not None and not (fix_root and st.st_uid == os.getuid()):
+        return problem
+    d = root
+    for name in subdirs:
+        d = d / name
+        try:
+            st = os.stat(d)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return f"{d}: {e.strerror}"
+        if not stat.S_ISDIR(st.st_mode):
+            return None  # a stray file: reading and writing warn about it, and carry on
+        problem = _dir_problem(d, st, sticky_ok=False)
+        if problem is not None:
+            return problem
+    return None
+
+
+#: Cache roots this process already warned about (one warning per process and root).
+_UNUSABLE_WARNED: set[str] = set()
+
+
+def warn_unusable(root: Path, problem: str) -> None:
+    """One `CacheWarning` per process for a cache root that cannot be used."""
+    if str(root) in _UNUSABLE_WARNED:
+        return
+    _UNUSABLE_WARNED.add(str(root))
+    warnings.warn(
+        CacheWarning(f"morello cache: {problem}; running without the cache"), stacklevel=3
+    )
+
+
+@contextlib.contextmanager
+def one_line_warnings(prog: str) -> Iterator[None]:
+    """Within: a `CacheWarning` prints as one line `<prog>: warning: ...` on stderr (not
+    Python's two-line form with a source line); other warnings are untouched."""
+    import sys
+
+    original = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: object = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, CacheWarning):
+            print(f"{prog}: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            original(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
+
+
+def _temp_owner(name: str) -> int | None:
+    """The pid in a temp file name `.<page>.<pid>.<hex>.tmp` (see `_write_atomic`)."""
+    if not _TMP_RE.match(name):
+        return None
+    try:
+        return int(name.rsplit(".", 3)[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists (another user's, or not ours to signal)
+    return True
+
+
+def stray_temp_files(root: Path) -> list[tuple[Path, int, bool]]:
+    """Temp files writers left under `root`: ``(path, writer pid, writer still running)``.
+    Writers remove their own; one whose writer is gone was left by a killed process (the
+    page file itself is intact) and is removed by the next write of that table."""
+    out = []
+    for tdir, _, _, _ in _scan(root):
+        for e in _files(tdir):
+            pid = _temp_owner(e.name)
+            if pid is not None:
+                out.append((Path(e.path), pid, _pid_alive(pid)))
+    return out
+
+
+def _sweep_temp_files(keydir: Path) -> int:
+    """Remove temp files in `keydir` whose writer is gone (call with its lock held)."""
+    removed = 0
+    for e in _files(keydir):
+        pid = _temp_owner(e.name)
+        if pid is not None and not _pid_alive(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(e.path)
+                removed += 1
+    return removed
+
+
 # ---------------------------------------------------------------------- file format
 
 
@@ -488,11 +632,21 @@ class CacheStore:
         resolved = Path(root) if root is not None else cache_root()
         # Only the default location is "ours" to chmod; a user-chosen root keeps its mode.
         self._fix_root = root is None and not os.environ.get("MORELLO_CACHE_DIR")
+        if resolved is not None:
+            problem = root_problem(
+                resolved, name_for_key(schema), name_for_key(target), fix_root=self._fix_root
+            )
+            if problem is not None:  # one warning, then no cache at all
+                warn_unusable(resolved, problem)
+                resolved = None
         self.root: Path | None = resolved
         self.directory: Path | None = (
             None if resolved is None else cache_dir(schema, target, resolved)
         )
         self._warned: set[str] = set()
+        #: Table directories whose stray temp files were already swept by this store.
+        self._swept: set[Path] = set()
+        self.swept = 0  # stray temp files removed (left by killed writers)
         #: Pages whose disk version held an answer that failed its replay check: the next
         #: flush overwrites them instead of merging that version back in.
         self._rejected: set[tuple[str, tuple[int, ...]]] = set()
@@ -566,8 +720,15 @@ class CacheStore:
                 ]
                 raise PageFormatError("belongs elsewhere: " + ", ".join(diff))
             return pf.page
-        except (PageFormatError, OSError) as e:
+        except PageFormatError as e:
             self._warn(path, str(e))
+            return None
+        except OSError as e:
+            if e.errno in (errno.ENOTDIR, errno.EACCES, errno.EPERM) and self.directory:
+                # The directory, not this file, is the problem: say so once, not per page.
+                self._warn(self.directory, f"{e.strerror}: {e.filename}")
+            else:
+                self._warn(path, str(e))
             return None
 
     def _warn(self, path: Path, reason: str) -> None:
@@ -609,6 +770,9 @@ class CacheStore:
                 _ensure_private_dir(keydir, self.root, self._fix_root)
                 lock = filelock.FileLock(keydir / LOCK_NAME, timeout=self.lock_timeout, mode=0o600)
                 with lock:
+                    if keydir not in self._swept:
+                        self._swept.add(keydir)
+                        self.swept += _sweep_temp_files(keydir)
                     for pp in sorted(pps):
                         self._flush_page(key, pp, keydir)
                         done.append(pp)
