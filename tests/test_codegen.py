@@ -176,7 +176,7 @@ def test_deterministic_and_annotated() -> None:
 
 def test_header_contract() -> None:
     g = generate_c(synth(parse_spec(_MM8), "avx2"), "mm8", "avx2")
-    assert "#ifndef MORELLO_MM8_H" in g.header
+    assert g.header.startswith("#pragma once\n#ifndef MORELLO_KERNEL_mm8_H\n")
     assert "#include <stdint.h>" in g.header
     assert g.abi.prototype().replace(" *restrict ", " *MORELLO_RESTRICT ") + ";" in g.header
     assert 'extern "C"' in g.header  # usable from C++

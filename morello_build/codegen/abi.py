@@ -19,6 +19,20 @@ from morello_build.ir.dtypes import Dtype
 #: C element type used at the interface for each dtype name (bf16 travels as uint16_t).
 C_TYPES: dict[str, str] = {d.value: d.c_type for d in Dtype}
 
+#: Kernel names may not start with this: the generated headers' macros (include guards,
+#: ``MORELLO_RESTRICT``) do, and a kernel function named like a macro would be rewritten by it.
+RESERVED_PREFIX = "MORELLO_"
+
+
+def header_guard(name: str) -> str:
+    """Include guard of the header declaring kernel `name` (a C identifier).
+
+    The name is kept as it is, between a fixed prefix and suffix, so different names
+    (``mm`` and ``MM``, ``kernels`` and the combined ``morello_kernels.h``) never share a
+    guard; the headers also say ``#pragma once``.
+    """
+    return f"MORELLO_KERNEL_{name}_H"
+
 
 @dataclass(frozen=True)
 class OperandABI:

@@ -32,6 +32,13 @@ _TAGS: dict[Dtype, str] = {
     Dtype.S32: "s32",
 }
 
+#: Largest element offset a C ``int`` index holds (INT_MAX on every x86-64 ABI).
+INT_INDEX_MAX = 2**31 - 1
+#: Index type of kernels with a buffer of more than `INT_INDEX_MAX` elements. `int64_t`
+#: (from <stdint.h>, which every kernel's header includes) holds the offset of any byte an
+#: x86-64 process can address; kernels whose buffers fit keep `int`, so their C is unchanged.
+WIDE_INDEX = "int64_t"
+
 #: C helper definitions, emitted only when used.
 HELPERS: dict[str, str] = {
     "bf16": (
@@ -89,6 +96,7 @@ class Ctx:
         stream_prefetch: bool = True,
         fn_name: str = "kernel",
         params: tuple[tuple[str, str], ...] = (),
+        index_type: str = "int",
     ) -> None:
         if isa not in F32_LANES:
             raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(F32_LANES)}")
@@ -96,6 +104,11 @@ class Ctx:
         #: The exported function's name; outlined parallel-loop bodies are named after it.
         self.fn_name = fn_name
         self.annotate = annotate
+        #: C type of loop variables and index temporaries: "int", or `WIDE_INDEX` when some
+        #: element offset of the kernel's buffers exceeds `INT_INDEX_MAX` (see
+        #: `emit.index_type`). Every index expression contains a loop variable or is a
+        #: literal, so widening the variables widens the arithmetic.
+        self.index_type = index_type
         #: Software prefetch in streaming matrix-vector loops (`target.x86.Tuning`).
         self.stream_prefetch = stream_prefetch
         self.lines: list[str] = []

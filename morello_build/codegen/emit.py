@@ -23,8 +23,21 @@ import itertools
 import re
 from collections.abc import Callable
 
-from morello_build.codegen.abi import C_TYPES, GeneratedKernel, KernelABI, OperandABI
-from morello_build.codegen.context import HELPERS, VECTOR_REGISTERS, Ctx
+from morello_build.codegen.abi import (
+    C_TYPES,
+    RESERVED_PREFIX,
+    GeneratedKernel,
+    KernelABI,
+    OperandABI,
+    header_guard,
+)
+from morello_build.codegen.context import (
+    HELPERS,
+    INT_INDEX_MAX,
+    VECTOR_REGISTERS,
+    WIDE_INDEX,
+    Ctx,
+)
 from morello_build.codegen.kernels import emit_kernel
 from morello_build.codegen.views import (
     MEM,
@@ -79,6 +92,32 @@ def kernel_abi(spec: LogicalSpec, name: str, isa: str) -> KernelABI:
         for n, t, role in zip(names, spec.operands, spec.roles())
     )
     return KernelABI(name, spec.kind, ops, spec.accum, isa, spec.flops())
+
+
+def _elements(t: TensorSpec) -> int:
+    """Elements of the buffer holding `t` (padding of packed layouts included)."""
+    shape = t.shape
+    if t.level is not Level.RF:
+        shape = lay.expand(t.layout, t.shape) or shape
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def index_type(impl: Impl) -> str:
+    """C type of the loop variables of `impl`'s code: ``int`` when every buffer (the
+    parameters and each scratch allocation) has at most `INT_INDEX_MAX` elements, so that
+    every element offset, loop bound and partial sum of an index expression fits, else
+    `WIDE_INDEX`. Loop trip counts are at most a dim, which is at most an operand's size."""
+    biggest = max(_elements(t) for t in impl.spec.operands)
+    stack = [impl]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Alloc) and not node.cache_view:
+            biggest = max(biggest, _elements(node.tensor))
+        stack.extend(node.children)
+    return "int" if biggest <= INT_INDEX_MAX else WIDE_INDEX
 
 
 # --------------------------------------------------------------------------- tree walk
@@ -159,8 +198,8 @@ class _Emitter:
         for d in real:
             ctx.amap.extent[var[d]] = steps[d]
             i = var[d]
-            ctx.open(f"for (int i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
-            ctx.scope.append((f"int i{i}", f"i{i}"))
+            ctx.open(f"for ({ctx.index_type} i{i} = 0; i{i} < {steps[d]}; i{i}++) {{")
+            ctx.scope.append((f"{ctx.index_type} i{i}", f"i{i}"))
         innermost = len(ctx.lines) - 1
         snap = ctx.snapshot()
         threaded = node.parallel and bool(real)
@@ -220,8 +259,8 @@ class _Emitter:
                 body(tuple(x.bind({v: u}) for x in views))
             return
         ctx.amap.extent[v] = full
-        ctx.open(f"for (int i{v} = 0; i{v} < {full}; i{v}++) {{")
-        ctx.scope.append((f"int i{v}", f"i{v}"))
+        ctx.open(f"for ({ctx.index_type} i{v} = 0; i{v} < {full}; i{v}++) {{")
+        ctx.scope.append((f"{ctx.index_type} i{v}", f"i{v}"))
         for u in range(K_UNROLL):
             body(tuple(x.substitute(v, K_UNROLL, u) for x in views))
         ctx.scope.pop()
@@ -322,7 +361,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _header(abi: KernelABI, spec: LogicalSpec) -> str:
-    guard = f"MORELLO_{abi.name.upper()}_H"
+    guard = header_guard(abi.name)
     shapes = []
     for o in abi.operands:
         dims = "x".join(map(str, o.shape))
@@ -336,6 +375,7 @@ def _header(abi: KernelABI, spec: LogicalSpec) -> str:
     else:
         what = "out = 0"
     lines = [
+        "#pragma once",
         f"#ifndef {guard}",
         f"#define {guard}",
         "",
@@ -386,12 +426,17 @@ def generate_c(
     """
     if not _IDENT.fullmatch(name):
         raise CodegenError(f"kernel name {name!r} is not a C identifier")
+    if name.startswith(RESERVED_PREFIX):
+        raise CodegenError(
+            f"kernel name {name!r}: names starting with {RESERVED_PREFIX} are reserved for the "
+            "generated headers' macros"
+        )
     if tune not in TUNINGS:
         raise CodegenError(f"unknown tune {tune!r}; expected one of {', '.join(TUNINGS)}")
     spec = impl.spec
     abi = kernel_abi(spec, name, target_isa)
     pointers = tuple((o.c_param(), o.name) for o in abi.operands)
-    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch, name, pointers)
+    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch, name, pointers, index_type(impl))
     params = tuple(
         Buffer(o.name, t.dtype, t.shape, t.layout, MEM if t.level is not Level.RF else RF)
         for o, t in zip(abi.operands, spec.operands)

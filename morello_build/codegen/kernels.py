@@ -240,7 +240,7 @@ def _dot_product(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...], variant: 
     if variant == "vdpbf16ps":
         ctx.includes.add("immintrin.h")
         ctx.line(f"__m512 {', '.join(f'{x} = _mm512_setzero_ps()' for x in accs)};")
-        ctx.open(f"for (int k{n} = 0; k{n} < {kk}; k{n} += {step * nacc}) {{")
+        ctx.open(f"for ({ctx.index_type} k{n} = 0; k{n} < {kk}; k{n} += {step * nacc}) {{")
         for i, acc in enumerate(accs):
             ctx.line(f"__m512i x{i}, y{i};")
             ctx.line(f"memcpy(&x{i}, pa{n} + k{n} + {i * step}, sizeof x{i});")
@@ -256,7 +256,7 @@ def _dot_product(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...], variant: 
         vf = ctx.vtype(Dtype.F32, lanes)
         vin = vf if variant == "f32" else ctx.vtype(Dtype.BF16, lanes)
         ctx.line(f"{vf} {', '.join(f'{x} = {{0}}' for x in accs)};")
-        ctx.open(f"for (int k{n} = 0; k{n} < {kk}; k{n} += {step * nacc}) {{")
+        ctx.open(f"for ({ctx.index_type} k{n} = 0; k{n} < {kk}; k{n} += {step * nacc}) {{")
         for i, acc in enumerate(accs):
             ctx.line(f"{vin} x{i}, y{i};")
             ctx.line(f"memcpy(&x{i}, pa{n} + k{n} + {i * step}, sizeof x{i});")
@@ -454,7 +454,7 @@ def _vec_mat_rows(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         step("", 0, STREAM_ACCUMULATORS)
         ctx.close()
     elif full > 1:
-        ctx.open(f"for (int j{u} = 0; j{u} < {full * width}; j{u} += {width}) {{")
+        ctx.open(f"for ({ctx.index_type} j{u} = 0; j{u} < {full * width}; j{u} += {width}) {{")
         step(f"j{u}", 0, STREAM_ACCUMULATORS)
         ctx.close()
     if nvec % STREAM_ACCUMULATORS:
@@ -561,7 +561,7 @@ def _amx_tile_matmul(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
             ctx.line(f"_tile_zero({reg});")
     k = f"k{u}"
     if ks > 1:
-        ctx.open(f"for (int {k} = 0; {k} < {ks}; {k}++) {{")
+        ctx.open(f"for ({ctx.index_type} {k} = 0; {k} < {ks}; {k}++) {{")
         a_k, b_k = f"{k} * {AMX_K_STEP}", f"{k} * {(AMX_K_STEP // 2) * sb}"
     else:
         a_k = b_k = ""
@@ -611,7 +611,7 @@ def _dpbf16_tile(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
                 else "_mm512_setzero_ps()"
             )
             ctx.line(f"__m512 {acc[i][j]} = {init};")
-    ctx.open(f"for (int {p} = 0; {p} < {pairs}; {p}++) {{")
+    ctx.open(f"for ({ctx.index_type} {p} = 0; {p} < {pairs}; {p}++) {{")
     for j in range(nv):
         ctx.line(
             f"const __m512bh b{u}_{j} = (__m512bh)_mm512_loadu_si512({pb} + {p} * {sb} + {32 * j});"
@@ -658,13 +658,13 @@ def _pack_bf16_pairs(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     if wide:
         ctx.line(f"const __m512i lo{u} = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);")
         ctx.line(f"const __m512i hi{u} = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);")
-    ctx.open(f"for (int {p} = 0; {p} < {kk // 2}; {p}++) {{")
+    ctx.open(f"for ({ctx.index_type} {p} = 0; {p} < {kk // 2}; {p}++) {{")
     ctx.line(f"const uint16_t *r0_{u} = s{u} + {p} * {2 * ss};")
     ctx.line(f"const uint16_t *r1_{u} = r0_{u} + {ss};")
     ctx.line(f"uint16_t *o{u} = d{u} + {p} * {sd};")
     if wide:
         j = f"j{u}"
-        ctx.open(f"for (int {j} = 0; {j} < {wide}; {j} += 32) {{")
+        ctx.open(f"for ({ctx.index_type} {j} = 0; {j} < {wide}; {j} += 32) {{")
         ctx.line(f"__m512i x{u} = _mm512_loadu_si512(r0_{u} + {j});")
         ctx.line(f"__m512i y{u} = _mm512_loadu_si512(r1_{u} + {j});")
         ctx.line(f"__m512i l{u} = _mm512_unpacklo_epi16(x{u}, y{u});")
