@@ -85,6 +85,7 @@ from morello_build.target.isa import ISA_FLAGS, host_supports
 __all__ = [
     "CompileError",
     "IsaUnavailable",
+    "TooBigToVerify",
     "VerifyResult",
     "bf16_bits_to_f32",
     "exact_logical",
@@ -131,6 +132,84 @@ class IsaUnavailable(MorelloError):
     def __init__(self, isa: str) -> None:
         super().__init__(f"this host cannot run {isa} code; kernel compiled but not executed")
         self.isa = isa
+
+
+#: Memory verification takes per element of an input / output operand, beyond the
+#: operands' own bytes: storage copies, float64 decodes and |A|, |B|, the reference and
+#: its error scale, the comparison's temporaries. Measured with tracemalloc (numpy's
+#: allocations; the operands' mmap buffers come on top): f32 1x1024x1024 (B dominates)
+#: 76.5 bytes per input element, bf16 accumulating 1x2048x1024 72; 2048x16x2048 (the
+#: output dominates) 78 per output element, 108 accumulating; 1024^3 f32 43 per element
+#: of all three operands.
+_VERIFY_BYTES_PER_INPUT = 80
+_VERIFY_BYTES_PER_OUTPUT = 112
+
+
+class TooBigToVerify(MorelloError):
+    """Checking this kernel against numpy would need more memory than the budget."""
+
+    def __init__(self, name: str, need: int, budget: int) -> None:
+        #: Why, without the kernel's name.
+        self.reason = (
+            f"checking it against numpy needs about {_gib(need)} of memory, more than "
+            f"{_gib(budget)}, half of this machine's memory"
+        )
+        super().__init__(f"{name}: not verified: {self.reason}")
+        self.need = need
+        self.budget = budget
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n < 2**50 else f"{n / 2**50:.3g} PiB"
+
+
+def verification_memory(abi: KernelABI) -> int:
+    """Bytes `verify_kernel` needs for `abi`'s operands (an upper bound, see above)."""
+    total = 0
+    for op in abi.operands:
+        elems = 1
+        for d in op.shape:
+            elems *= d
+        per = _VERIFY_BYTES_PER_INPUT if op.is_input else _VERIFY_BYTES_PER_OUTPUT
+        total += elems * (per + np.dtype(STORAGE.get(op.dtype, np.float64)).itemsize)
+    return total
+
+
+def memory_budget() -> int:
+    """Memory verification may use: half of the physical memory (or of the cgroup's limit
+    when that is lower), so that a build next to other work does not swap or get killed."""
+    try:
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - every Linux has both
+        phys = 2**34
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            phys = min(phys, int(limit))
+    except OSError:
+        pass
+    return phys // 2
+
+
+def check_memory(abi: KernelABI) -> None:
+    """Raise `TooBigToVerify` when verifying `abi` would not fit in `memory_budget`."""
+    need, budget = verification_memory(abi), memory_budget()
+    if need > budget:
+        raise TooBigToVerify(abi.name, need, budget)
+
+
+def check_spec_memory(spec_text: str, name: str = "kernel") -> None:
+    """`check_memory` for the kernel of `spec_text`, before synthesizing it (its ABI
+    follows from the Spec). A Spec without a kernel ABI is left for verification to
+    report."""
+    from morello_build.codegen.emit import CodegenError, kernel_abi
+    from morello_build.ir.text import parse_spec
+
+    try:
+        abi = kernel_abi(parse_spec(spec_text), name, "x86-64")
+    except CodegenError:
+        return
+    check_memory(abi)
 
 
 @dataclass(frozen=True)
@@ -556,8 +635,9 @@ def verify_kernel(
 ) -> VerifyResult:
     """Compile, run and check `kernel` against numpy; see the module docstring for the rules.
 
-    Raises `CompileError` (with the compiler's stderr) when the C does not build and
-    `IsaUnavailable` when it builds but this host cannot run its ISA. With `isolate` (the
+    Raises `CompileError` (with the compiler's stderr) when the C does not build,
+    `IsaUnavailable` when it builds but this host cannot run its ISA, and `TooBigToVerify`
+    (before allocating anything) when the check would not fit in memory. With `isolate` (the
     default) each call runs in a forked child, so a crashing or hanging kernel (killed
     after `timeout` seconds) yields a failed result instead of taking the caller down.
     """
@@ -566,6 +646,7 @@ def verify_kernel(
         _check_operand(op)
     if abi.isa not in ISA_FLAGS:
         raise ValueError(f"kernel {abi.name}: unknown ISA {abi.isa!r}")
+    check_memory(abi)
     cc = find_compiler(compiler)
     rng = np.random.default_rng(seed)
     random_inputs: dict[str, NDArray[Any]] = {}

@@ -12,6 +12,7 @@ explicit physical-dim list (see `morello_build.ir.layout.parse_layout`). A trail
 
 from __future__ import annotations
 
+import math
 import re
 
 from morello_build.errors import SpecError
@@ -19,6 +20,7 @@ from morello_build.ir import layout as lay
 from morello_build.ir import spec as sp
 from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
+from morello_build.ir.sizes import dim_problem, dim_text_problem, size_problem, with_doc
 from morello_build.ir.tensorspec import TensorSpec, make_tensor
 
 _NAMES = {
@@ -57,11 +59,25 @@ def _split_top(text: str) -> list[str]:
 def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
     t = text.strip().lower()
     if not re.fullmatch(r"-?\d+(x-?\d+)*", t):
-        raise SpecError(f"malformed {what} {text!r}; expected dimensions like 64x64x64")
-    dims = tuple(int(p) for p in t.split("x"))
+        raise SpecError(f"malformed {what} {_show(text)}; expected dimensions like 64x64x64")
+    parts = t.split("x")
+    for p in parts:
+        problem = dim_text_problem(p)
+        if problem:
+            raise SpecError(f"{what} {_show(text)}: {with_doc(problem)}")
+    dims = tuple(int(p) for p in parts)
     if any(d <= 0 for d in dims):
-        raise SpecError(f"{what} {text!r}: every dimension must be a positive integer")
+        raise SpecError(f"{what} {_show(text)}: every dimension must be a positive integer")
+    for d in dims:
+        problem = dim_problem(d)
+        if problem:
+            raise SpecError(f"{what} {_show(text)}: {with_doc(problem)}")
     return dims
+
+
+def _show(text: str) -> str:
+    """`text` quoted for a message, a very long one shortened."""
+    return repr(text) if len(text) <= 80 else repr(text[:60] + "...") + f" ({len(text)} chars)"
 
 
 def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
@@ -145,6 +161,10 @@ def parse_spec(text: str) -> sp.LogicalSpec:
         parse_tensor(p, s, f"{name} operand {r}") for p, s, r in zip(parts[1:], shapes, roles)
     )
     _check_dtypes(kind, name, operands)
+    macs = math.prod(shape) if kind == sp.MATMUL else 0
+    problem = size_problem(shapes, [o.dtype.size for o in operands], macs)
+    if problem:
+        raise SpecError(f"{name}: {with_doc(problem)}")
     return sp.canonical(kind, accum, shape, operands, serial)
 
 
