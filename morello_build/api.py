@@ -9,7 +9,6 @@ Everything a user can get wrong raises `MorelloError` with a one-line message.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,15 +17,18 @@ from morello_build.codegen.abi import GeneratedKernel
 from morello_build.errors import MorelloError, NoImplementation, SpecError
 from morello_build.imp.nodes import Impl
 from morello_build.ir.levels import Level
+from morello_build.ir.sizes import matmul_size_problem, shape_text, with_doc
 from morello_build.ir.spec import MATMUL, LogicalSpec, Spec
 from morello_build.ir.text import parse_spec
 from morello_build.memo.persistent import PersistentMemo
 from morello_build.memo.persistent import cache_target_id as cache_target_id  # re-export
+from morello_build.names import check_kernel_name
 from morello_build.search.dp import Progress, Search
 from morello_build.search.memo import DictMemo, Memo
 from morello_build.search.session import search_session
 from morello_build.target.isa import native_isa
 from morello_build.target.x86 import Target, get_target, resolve_tune
+from morello_build.user_code import import_schedule, user_failure
 
 
 def matmul_spec_text(
@@ -49,6 +51,9 @@ def matmul_spec_text(
     for what, v in (("b", b), ("m", m), ("k", k), ("n", n)):
         if not isinstance(v, int) or v <= 0:
             raise SpecError(f"matmul {what} must be a positive integer, got {v!r}")
+    too_big = matmul_size_problem(b, m, k, n, 2 if dtype == "bf16" else 4)
+    if too_big:
+        raise SpecError(f"matmul {shape_text((b, m, k, n))}: {with_doc(too_big)}")
     for lay in layouts:
         if lay not in ("row", "col"):
             raise SpecError(f"unknown layout {lay!r}; expected row or col")
@@ -142,19 +147,14 @@ class SynthResult:
     seconds: float
 
 
-def load_schedule(ref: str) -> Callable[..., Impl]:
-    """Import a hand schedule given as `module:function`."""
-    mod_name, _, fn_name = ref.partition(":")
-    if not mod_name or not fn_name:
-        raise MorelloError(f"schedule {ref!r}: expected 'module:function'")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise MorelloError(f"schedule {ref!r}: cannot import {mod_name}: {exc}") from None
-    fn = getattr(mod, fn_name, None)
-    if not callable(fn):
-        raise MorelloError(f"schedule {ref!r}: {mod_name} has no function {fn_name!r}")
-    return fn
+def load_schedule(ref: str, path: str | None = None) -> Callable[..., Impl]:
+    """Import a hand schedule given as `module:function`; `path` (e.g. the declaration
+    file's directory) is searched first while importing it, and only then.
+
+    Importing runs the user's code: whatever it raises is their error (`UserCodeError`,
+    with their frames of the traceback), never a traceback of ours.
+    """
+    return import_schedule(ref, path)
 
 
 def scheduled_impl(ls: LogicalSpec, schedule: str, target: Target, use_cache: bool) -> Impl:
@@ -163,10 +163,25 @@ def scheduled_impl(ls: LogicalSpec, schedule: str, target: Target, use_cache: bo
     from morello_build.schedule import Schedule
 
     fn = load_schedule(schedule)
-    sched = fn(Schedule.for_spec(ls, target))
+    try:
+        sched = fn(Schedule.for_spec(ls, target))
+    except (Exception, SystemExit) as exc:  # their code: their error, their frames
+        raise user_failure(schedule, "raised", exc) from None
     if isinstance(sched, Schedule):
-        return sched.synthesize_rest(use_cache=use_cache).impl
-    return sched
+        impl = sched.synthesize_rest(use_cache=use_cache).impl
+    elif isinstance(sched, Impl):
+        impl = sched
+    else:
+        raise MorelloError(
+            f"schedule {schedule!r} returned {type(sched).__name__}, expected a Schedule "
+            "(or an Impl)"
+        )
+    if impl.spec != ls:
+        raise MorelloError(
+            f"schedule {schedule!r} returned a program for {impl.spec.text()}, "
+            f"expected one for {ls.text()}"
+        )
+    return impl
 
 
 def synthesize_kernel(
@@ -183,12 +198,12 @@ def synthesize_kernel(
 ) -> SynthResult:
     """Synthesize (or replay from the cache) and generate C for one kernel."""
     from morello_build.codegen.emit import generate_c
+    from morello_build.codegen.views import CodegenError
 
+    check_kernel_name(name, variant_ok=True)  # build.dispatch's variants: `<name>__<isa>`
     ls = as_spec(spec_text)
     if ls.kind == MATMUL and any(o.level is not Level.GL for o in ls.operands):
         raise SpecError(f"{name}: kernel operands must live in GL (main memory)")
-    if not name.isidentifier():
-        raise SpecError(f"kernel name {name!r} is not a C identifier")
     isa = resolve_target(target)
     tune_name = resolve_tune(tune, target)
     start = time.perf_counter()
@@ -201,5 +216,13 @@ def synthesize_kernel(
         tune=tune_name,
         schedule=schedule,
     )
-    kernel = generate_c(syn.impl, name, isa, tune=tune_name, annotate=annotate)
+    try:
+        kernel = generate_c(syn.impl, name, isa, tune=tune_name, annotate=annotate)
+    except CodegenError as exc:
+        if schedule is None:
+            raise  # the search's program: a bug of ours
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MorelloError(
+            f"schedule {schedule!r}: its program cannot be emitted as C: {first}"
+        ) from None
     return SynthResult(kernel, syn.solved == 0, syn.solved, time.perf_counter() - start)

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError
 from morello_build.ir.text import parse_dims
+from morello_build.names import check_kernel_name
 from morello_build.peers import PEER_ISAS
 
 SPEC_HELP = (
@@ -32,11 +36,36 @@ SPEC_HELP = (
 )
 
 
+#: Most seconds of timing per implementation `bench --min-time` accepts.
+MAX_MIN_TIME = 3600.0
+_SHORTHAND_DEFAULTS = {"dtype": "f32", "layout_b": "row", "accumulate": False, "threads": 1}
+
+
 def spec_from_args(args: argparse.Namespace) -> str:
-    """The Spec text from either the full text form or the matmul shorthand."""
+    """The Spec text from either the full text form or the matmul shorthand.
+
+    The shorthand quoted as one word may carry its options, as CMake's SPEC does
+    (`build.shorthand.expand_spec`): 'matmul 1x288x288 --layout-b col --threads 2' (then
+    `args.threads` becomes the word's); options both inside and outside it are an error.
+    """
     from morello_build.api import matmul_spec_text
+    from morello_build.build.shorthand import expand_spec, is_shorthand
 
     tokens = list(args.spec)
+    if len(tokens) == 1 and is_shorthand(tokens[0]) and "-" in tokens[0].split(None, 2)[-1]:
+        outside = [
+            "--" + k.replace("_", "-")
+            for k, default in _SHORTHAND_DEFAULTS.items()
+            if getattr(args, k) != default
+        ]
+        if outside:
+            raise SpecError(
+                f"{', '.join(outside)} given outside the quoted shorthand, which has options "
+                "of its own: put them in one place"
+            )
+        expanded = expand_spec(tokens[0])
+        args.threads = expanded.threads
+        return expanded.text
     if len(tokens) == 1 and tokens[0].lower().split()[:1] == ["matmul"]:
         tokens = tokens[0].split()  # the shorthand quoted as one word: 'matmul 64x64x64'
     if tokens and tokens[0].lower() == "matmul" and len(tokens) == 2:
@@ -53,6 +82,13 @@ def spec_from_args(args: argparse.Namespace) -> str:
             threads=args.threads,
         )
     text = " ".join(tokens)
+    ignored = [
+        "--" + k.replace("_", "-")
+        for k, default in _SHORTHAND_DEFAULTS.items()
+        if k != "threads" and getattr(args, k) != default
+    ]
+    if ignored:  # the text form spells dtypes, layouts and accumulation out itself
+        raise SpecError(f"{', '.join(ignored)}: only with the matmul shorthand, not a Spec text")
     if args.threads > 1 and text.rstrip().endswith(", serial)"):
         text = text.rstrip()[: -len(", serial)")] + ")"
     return text
@@ -137,26 +173,77 @@ def _synth_kernel(args: argparse.Namespace, spec_text: str):  # type: ignore[no-
     )
 
 
+def _check_output(path: str, option: str) -> Path:
+    """`path` if a file can be written there; else a one-line error naming `option`.
+    Checked before synthesis, so a bad path fails fast and nothing is written."""
+    if not path:
+        raise MorelloError(f"{option}: empty path")
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise MorelloError(f"{option} {path}: is a directory, expected a file name")
+    if not parent.exists():
+        raise MorelloError(f"{option} {path}: no such directory {parent}")
+    if not parent.is_dir():
+        raise MorelloError(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise MorelloError(f"{option} {path}: cannot create files in {parent} (permission denied)")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise MorelloError(f"{option} {path}: not writable (permission denied)")
+    return p
+
+
+def _write_files(files: Sequence[tuple[Path, str, str]]) -> None:
+    """Write every `(path, text, option)` or none: each goes to a temp file next to its
+    path first, and all are renamed into place once all were written."""
+    import tempfile
+
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, text, option in files:
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+                temps.append((tmp, path))
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                mask = os.umask(0)
+                os.umask(mask)
+                os.chmod(tmp, 0o666 & ~mask)
+            except OSError as exc:
+                raise MorelloError(f"{option} {path}: {exc.strerror}") from None
+        for tmp, path in temps:
+            os.replace(tmp, path)
+        temps = []
+    finally:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from morello_build.api import synthesize
     from morello_build.imp import printer
 
     spec_text = spec_from_args(args)
     if args.format == "c":
+        outputs = [
+            (_check_output(path, option), option)
+            for path, option in ((args.output, "--output"), (args.header, "--header"))
+            if path is not None
+        ]
+        if len(outputs) == 2 and outputs[0][0].resolve() == outputs[1][0].resolve():
+            raise MorelloError("--output and --header name the same file")
         res = _synth_kernel(args, spec_text)
         k = res.kernel
-        if args.output:
-            Path(args.output).write_text(k.c_source)
-        else:
+        texts = {"--output": k.c_source, "--header": k.header}
+        _write_files([(p, texts[option], option) for p, option in outputs])
+        if not args.output:
             sys.stdout.write(k.c_source)
-        if args.header:
-            Path(args.header).write_text(k.header)
-            if Path(args.header).name != f"{k.abi.name}.h":
-                print(
-                    f'morello: note: the C source includes "{k.abi.name}.h"; '
-                    f"name the header that (or pass --name)",
-                    file=sys.stderr,
-                )
+        if args.header and Path(args.header).name != f"{k.abi.name}.h":
+            print(
+                f'morello: note: the C source includes "{k.abi.name}.h"; '
+                f"name the header that (or pass --name)",
+                file=sys.stderr,
+            )
         print(
             f"{k.abi.name}: {res.solved} Specs solved in {res.seconds:.2f} s"
             + (" (cache hit)" if res.cache_hit else ""),
@@ -207,9 +294,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from morello_build.verify import verify_kernel
+    from morello_build.verify import check_spec_memory, verify_kernel
 
     spec_text = spec_from_args(args)
+    check_spec_memory(spec_text, args.name)  # before a synthesis that could not be checked
     res = _synth_kernel(args, spec_text)
     compilers = args.cc or ["gcc"]
     tune = res.kernel.tune
@@ -261,8 +349,26 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return run_cache_command(args.action, Path(args.root) if args.root else None)
 
 
+def _seed(text: str) -> int:
+    value = int(text)  # ValueError: argparse says "invalid _seed value"
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**64-1, got {text}")
+    return value
+
+
+_seed.__name__ = "seed"  # argparse names the type in "invalid seed value: 'x'"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the README's promise); the usage stays under --help."""
+
+    def error(self, message: str) -> NoReturn:
+        message = " ".join(message.split())  # never more than one line
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="morello",
         description="Synthesize fast, verified x86 C kernels with dynamic programming over "
         "program rewrites (the Morello approach).",
@@ -309,7 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("gcc", "clang"),
         help="compiler(s) to verify with; repeatable [default: gcc]",
     )
-    v.add_argument("--seed", type=int, default=0, help="random input seed [default: 0]")
+    v.add_argument(
+        "--seed", type=_seed, default=0, help="random input seed, 0 to 2**64-1 [default: 0]"
+    )
     v.set_defaults(func=cmd_verify)
 
     b = sub.add_parser(
@@ -396,32 +504,88 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return generate_main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line printed), --help or --version
+        return exc.code if isinstance(exc.code, int) else 0
     if args.cmake_dir:
         from morello_build.build.generate import cmake_dir
 
         print(cmake_dir())
         return 0
     if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
-    if getattr(args, "threads", 1) < 1:
-        print("morello: error: --threads must be at least 1", file=sys.stderr)
-        return 2
-    if getattr(args, "scaling", False) and args.threads < 2:
         print(
-            "morello: error: --scaling compares a threaded kernel with its one-thread kernel:"
-            " add --threads N (N >= 2)",
+            "morello: error: expected a COMMAND: synth, verify, bench, cache or generate "
+            "(see morello --help)",
             file=sys.stderr,
         )
         return 2
-    if not getattr(args, "min_time", 1.0) > 0:  # also rejects nan
-        print("morello: error: --min-time must be a positive number of seconds", file=sys.stderr)
+    from morello_build.memo.store import one_line_warnings
+
+    problem = _check_args(args)
+    if problem is not None:
+        print(f"morello: error: {problem}", file=sys.stderr)
         return 2
+    with one_line_warnings("morello"):
+        return _run(args)
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with options that argparse cannot check alone (None: nothing)."""
+    from morello_build.build.config import MAX_THREADS
+
+    threads = getattr(args, "threads", 1)
+    if not 1 <= threads <= MAX_THREADS:
+        return f"--threads: expected an integer from 1 to {MAX_THREADS}, got {threads}"
+    if getattr(args, "format", "c") != "c":
+        given = [
+            o for o, v in (("--output", args.output), ("--header", args.header)) if v is not None
+        ]
+        given += ["--annotate"] if args.annotate else []
+        if given:
+            return f"{', '.join(given)}: only with --format c (got --format {args.format})"
+    name = getattr(args, "name", None)
+    if name is not None:
+        try:
+            check_kernel_name(name, "--name")
+            if getattr(args, "scaling", False):
+                check_kernel_name(f"{name}_1t", "--name (with --scaling: <name>_1t)")
+        except MorelloError as exc:
+            return str(exc)
+    if getattr(args, "scaling", False) and threads < 2:
+        return (
+            "--scaling compares a threaded kernel with its one-thread kernel:"
+            " add --threads N (N >= 2)"
+        )
+    if getattr(args, "peers", None) is not None:
+        from morello_build.bench import ALL_PEERS, REFERENCES
+
+        known = (*ALL_PEERS, *REFERENCES)
+        unknown = [p for p in args.peers.split(",") if p not in known]
+        if unknown:
+            return f"--peers: unknown peer {unknown[0]!r} (known: {', '.join(known)})"
+    if getattr(args, "root", None) == "":
+        return "--root: empty path"
+    min_time = getattr(args, "min_time", 1.0)
+    if not (math.isfinite(min_time) and 0 < min_time <= MAX_MIN_TIME):  # also rejects nan
+        return f"--min-time must be a positive number of seconds, at most {MAX_MIN_TIME:g}"
+    return None
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
+        if getattr(args, "schedule", None):
+            from morello_build.api import load_schedule
+
+            # The current directory is searched for the schedule's module (while it is
+            # imported only); a schedule that cannot be imported fails before synthesis.
+            load_schedule(args.schedule, path=os.getcwd())
         return int(args.func(args))
     except MorelloError as exc:
-        print(f"morello: error: {exc}", file=sys.stderr)
+        first = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"morello: error: {first}", file=sys.stderr)
+        if exc.detail:  # the traceback of the user's own code (a schedule), if any
+            print(exc.detail, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("morello: interrupted", file=sys.stderr)

@@ -367,8 +367,11 @@ def _cli_message(words: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         args = _cli_args(words)
     except SystemExit:
         return capsys.readouterr().err.strip().splitlines()[-1].split(": error: ", 1)[1]
-    if args.threads < 1:  # type: ignore[attr-defined]
-        return "--threads must be at least 1"
+    from morello_build.cli import _check_args
+
+    problem = _check_args(args)  # type: ignore[arg-type]
+    if problem is not None:
+        return problem
     with pytest.raises(MorelloError) as info:
         from morello_build.ir.text import parse_spec
 

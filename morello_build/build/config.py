@@ -16,6 +16,13 @@ from typing import Any
 
 from morello_build.codegen.abi import OperandABI
 from morello_build.errors import MorelloError
+from morello_build.ir.sizes import (
+    LIMITS_DOC,
+    MAX_DIM,
+    dim_problem,
+    matmul_size_problem,
+    with_doc,
+)
 from morello_build.names import kernel_name_problem, show_name
 from morello_build.target.x86 import TUNES as TARGET_TUNES
 
@@ -173,7 +180,23 @@ def load_config(path: str | Path) -> MorelloConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{display}: invalid TOML: {exc}") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise ConfigError(f"{display}: {_long_number(text, exc)}") from None
     return parse_config(doc, path=p, display=display)
+
+
+def _long_number(text: str, exc: ValueError) -> str:
+    """Where the number tomllib could not convert is (`exc` says only that one was too
+    long): the line of the longest run of digits."""
+    runs = [(len(mo.group()), mo.start()) for mo in re.finditer(r"[0-9_]{100,}", text)]
+    if not runs:
+        return f"invalid TOML: {str(exc).splitlines()[0]}"
+    digits, start = max(runs)
+    line = text.count("\n", 0, start) + 1
+    return (
+        f"line {line}: a {digits}-digit number (too long to read; a dimension is at most "
+        f"{MAX_DIM}, see {LIMITS_DOC})"
+    )
 
 
 def parse_config(
@@ -279,7 +302,7 @@ def _parse_kernel(
 ) -> KernelDecl:
     raw_name = table.get("name")
     name_problem = kernel_name_problem(raw_name)
-    label = show_name(raw_name) if name_problem is None else f"#{index}"
+    label = show_name(raw_name) if isinstance(raw_name, str) and not name_problem else f"#{index}"
 
     def err(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{kernel_label} {label}: {key}: {msg}")
@@ -314,6 +337,10 @@ def _parse_kernel(
         raise err("shape", f"expected 3 or 4 positive integers, got {toml_repr(shape_raw)}")
     batched = len(shape_raw) == 4
     b, m, k, n = shape_raw if batched else [1, *shape_raw]
+    for d in (b, m, k, n):
+        dim_too_big = dim_problem(d)
+        if dim_too_big:
+            raise err("shape", with_doc(dim_too_big))
 
     # dtype / dtypes
     if "dtype" in table and "dtypes" in table:
@@ -335,6 +362,9 @@ def _parse_kernel(
             raise err(
                 "dtype", f'expected "f32" or "bf16" (bf16 x bf16 -> f32), got {toml_repr(dtype)}'
             )
+    too_big = matmul_size_problem(b, m, k, n, 2 if dtype == "bf16" else 4)
+    if too_big:
+        raise err("shape", f"{toml_repr(shape_raw)}: {with_doc(too_big)}")
 
     # layouts
     layouts_raw = table.get("layouts", ["row", "row", "row"])

@@ -33,12 +33,12 @@ from morello_build.build.config import (
 )
 from morello_build.codegen.abi import GeneratedKernel, KernelABI
 from morello_build.errors import MorelloError
+from morello_build.names import check_kernel_name
 from morello_build.target import isa as isa_mod
 from morello_build.target.x86 import resolve_tune
 
 COMBINED_HEADER = "morello_kernels.h"
 MANIFEST = "manifest.json"
-_IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 class GenerateError(MorelloError):
@@ -189,12 +189,16 @@ def _verify(
         return f"{isa} not verified (not supported here)", None
     try:
         from morello_build import verify as verify_mod
-    except ImportError:
-        return "not verified (morello_build.verify unavailable)", None
+    except ImportError as exc:  # asked to verify: never pass unverified
+        raise GenerateError(
+            f"{kernel.abi.name}: cannot verify: importing morello_build.verify failed: {exc}"
+        ) from None
     try:
         result = verify_mod.verify_kernel(kernel, compiler=compiler)
     except verify_mod.IsaUnavailable:
         return f"{isa} not verified (not supported here)", None
+    except verify_mod.TooBigToVerify as exc:
+        return f"{isa} not verified ({exc.reason})", None
     if not result.ok:
         detail = result.details.splitlines()[0] if result.details else ""
         raise GenerateError(
@@ -237,7 +241,9 @@ def produce(
         raise
     except MorelloError as exc:  # from the synthesizer: say which declaration it was
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise GenerateError(f"{req.where or req.name}: {first}") from exc
+        err = GenerateError(f"{req.where or req.name}: {first}")
+        err.detail = exc.detail  # a failing schedule's traceback (their frames)
+        raise err from exc
 
 
 def _produce(
@@ -253,6 +259,10 @@ def _produce(
     except ImportError as exc:
         raise GenerateError(f"the synthesizer API is not importable: {exc}") from exc
 
+    if req.schedule:  # imported with its declaration's directory on the path, only then
+        from morello_build.user_code import import_schedule
+
+        import_schedule(req.schedule, req.sys_path)
     spec = req.spec_text()
     contents: list[tuple[str, str]] = []
     variants: list[tuple[str, KernelABI]] = []
@@ -464,7 +474,7 @@ def cmake_info(
         )
     for r in reqs:
         stamp = decl_stamp(out_dir, r.name)
-        deps = [str(d) for d in _schedule_files(r.schedule)]
+        deps = [str(d) for d in _schedule_files(r.schedule, r.sys_path)]
         doc = request_doc(r, fingerprint=fp, verify=verify, depends=deps)
         write_if_changed(stamp, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         srcs = source_files(r.name, r.isas)
@@ -577,17 +587,23 @@ def request_from_doc(doc: dict[str, Any]) -> tuple[KernelRequest, bool, list[str
     return req, bool(doc["verify"]), list(doc["depends"])
 
 
-def _schedule_files(schedule: str | None) -> list[Path]:
-    """Source file of a hand schedule's module, so editing it regenerates the kernel."""
+def _schedule_files(schedule: str | None, path: str | None = None) -> list[Path]:
+    """Source file of a hand schedule's module, so editing it regenerates the kernel
+    (looked for with `path`, its declaration's directory, first on the path)."""
     if not schedule:
         return []
     import importlib.util
 
+    from morello_build.user_code import schedule_import_path, user_failure
+
     module = schedule.split(":", 1)[0]
     try:
-        spec = importlib.util.find_spec(module)
+        with schedule_import_path(path):
+            spec = importlib.util.find_spec(module)  # imports the parents of a dotted name
     except (ImportError, ValueError):
         spec = None
+    except (Exception, SystemExit) as exc:  # a parent package's code failed
+        raise user_failure(schedule, "importing a parent of its module raised", exc) from None
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
         raise GenerateError(
             f"schedule {schedule!r}: cannot find module {module!r} "
@@ -642,9 +658,7 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
             raise ConfigError("give either --config or --spec, not both")
         if not args.name:
             raise ConfigError("--spec needs --name (the C function name)")
-        name = args.name
-        if not name or not set(name) <= _IDENT_CHARS or name[0].isdigit() or "__" in name:
-            raise ConfigError(f"--name: expected a C identifier without '__', got {name!r}")
+        name = check_kernel_name(args.name, "--name")
         where = args.where or f"--spec ({name})"
         from morello_build.build.shorthand import expand_spec
 
@@ -667,6 +681,8 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
         return [req], None
     if args.config is None:
         raise ConfigError("missing --config FILE (a pyproject.toml or morello.toml)")
+    if not args.config:
+        raise ConfigError("--config: empty path")
     cfg = load_config(args.config)
     table = "tool.morello.kernel" if cfg.path.name == "pyproject.toml" else "kernel"
     decls = list(cfg.kernels)
@@ -804,10 +820,17 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
     if isinstance(args, int):
         return args
     out_dir = Path(args.out_dir)
+    from morello_build.memo.store import one_line_warnings
+
+    warnings_ctx = one_line_warnings(prog)  # a cache warning is one line, not Python's two
+    warnings_ctx.__enter__()
     try:
+        # Hand schedules may live next to the declarations: that directory is searched only
+        # while a schedule's module is imported (user_code.schedule_import_path).
         reqs, cfg = _requests(args)
-        if cfg is not None:  # hand schedules may live next to the declarations
-            sys.path.insert(0, str(cfg.path.resolve().parent))
+        _check_out_dir(args.out_dir, "--out-dir")  # before synthesis: fail fast, write nothing
+        if args.cmake_info is not None:
+            _check_out_dir(args.cmake_info, "--cmake-info", parent=True)
         if args.cmake_info:
             if args.python_module is not None and not args.python_module.isidentifier():
                 raise ConfigError(
@@ -830,11 +853,37 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
     except MorelloError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {msg}", file=sys.stderr)
+        if exc.detail:  # the traceback of the user's own code (a schedule), if any
+            print(exc.detail, file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr)
         return 2
+    finally:
+        warnings_ctx.__exit__(None, None, None)
     return 0
+
+
+def _check_out_dir(text: str, option: str, *, parent: bool = False) -> None:
+    """`text` (with `parent`: its directory; `text` itself must not be one) is a directory
+    that exists or can be created: its first existing ancestor is a writable directory.
+    Else a `ConfigError` naming `option`."""
+    if not text:
+        raise ConfigError(f"{option}: empty path")
+    path = Path(text)
+    if parent:
+        if path.is_dir():
+            raise ConfigError(f"{option} {text}: is a directory, expected a file name")
+        path = path.parent
+    p = path
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    if not p.is_dir():
+        raise ConfigError(f"{option} {text}: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {text}: cannot write in {p} (permission denied)")
 
 
 def cmake_dir() -> Path:

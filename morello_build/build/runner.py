@@ -159,7 +159,7 @@ def _child(
         out = produce(req, verify=verify, use_cache=use_cache, compiler=compiler, progress=progress)
     except MorelloError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        q.put(("error", req.name, msg))
+        q.put(("error", req.name, msg + ("\n" + exc.detail if exc.detail else "")))
     except BaseException as exc:  # a bug: keep the traceback in the log
         traceback.print_exc()
         q.put(("error", req.name, f"{req.name}: internal error: {type(exc).__name__}: {exc}"))
@@ -227,14 +227,17 @@ def _run_parallel(
             p.join()
         q.close()
     if error is not None:
-        raise GenerateError(error)
+        first, _, detail = error.partition("\n")
+        err = GenerateError(first)
+        err.detail = detail  # a failing schedule's traceback (their frames), if any
+        raise err
 
 
 def _first(error: str | None, new: str) -> str:
     """The error to raise: the first; later ones are printed as they come."""
     if error is None:
         return new
-    print(f"error: {new}", file=sys.stderr, flush=True)
+    print(f"error: {new}", file=sys.stderr, flush=True)  # with its detail lines, if any
     return error
 
 
@@ -296,6 +299,10 @@ def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build"
     if isinstance(args, int):
         return args
     out_dir = Path(args.out_dir)
+    from morello_build.memo.store import one_line_warnings
+
+    warnings_ctx = one_line_warnings(prog)  # a cache warning is one line, not Python's two
+    warnings_ctx.__enter__()
     try:
         configured = []
         for name in dict.fromkeys(args.kernel):
@@ -310,10 +317,9 @@ def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build"
                     f"{path}: unreadable ({type(exc).__name__}: {exc}); "
                     "re-run the CMake configure step"
                 ) from None
+        # Hand schedules are imported with their declaration's folder on the path (only
+        # while importing them: `produce`, user_code.schedule_import_path).
         stale = [(r, v) for r, v, deps in configured if _stale(out_dir, r, deps)]
-        for r, _ in stale:  # hand schedules are imported from their declaration's folder
-            if r.sys_path and r.sys_path not in sys.path:
-                sys.path.insert(0, r.sys_path)
 
         def write(out: KernelOutput) -> None:
             write_outputs(out_dir, [out], full=False)
@@ -337,8 +343,12 @@ def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build"
     except MorelloError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {msg}", file=sys.stderr, flush=True)
+        if exc.detail:  # the traceback of the user's own code (a schedule), if any
+            print(exc.detail, file=sys.stderr, flush=True)
         return 2
     except OSError as exc:
         print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        warnings_ctx.__exit__(None, None, None)
     return 0

@@ -62,8 +62,12 @@ def expand_spec(text: str) -> SpecArg:
     except ValueError as exc:
         raise SpecError(f"malformed matmul shorthand {text!r}: {exc}") from None
     args = _parser().parse_args(words[1:])
-    if args.threads < 1:
-        raise SpecError("--threads must be at least 1")
+    from morello_build.build.config import MAX_THREADS
+
+    if not 1 <= args.threads <= MAX_THREADS:  # as the command line and declarations
+        raise SpecError(
+            f"--threads: expected an integer from 1 to {MAX_THREADS}, got {args.threads}"
+        )
     dims = parse_dims(args.shape)
     if len(dims) == 3:
         dims = (1, *dims)
