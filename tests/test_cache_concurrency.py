@@ -87,6 +87,7 @@ def test_killed_writers_leave_a_usable_cache(tmp_path, serial_impls):
     assert doc["impl"] == serial_impls["32x16x16"]
 
 
+@pytest.mark.slow
 def test_garbage_page_warns_and_gives_the_right_answer(tmp_path, serial_impls):
     result(synth("16x16x16", tmp_path))
     pages = [p for p in tmp_path.rglob("*.page")]

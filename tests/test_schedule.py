@@ -48,6 +48,7 @@ def test_hand_schedule_structure(scheduled):
     assert any(isinstance(n, Kernel) and n.name == "BroadcastVecMultAdd" for n in nodes)
 
 
+@pytest.mark.slow
 def test_hand_schedule_mixed_with_synthesis_compiles_and_matches_numpy(scheduled):
     t, s = scheduled
     done = s.synthesize_rest()
@@ -84,7 +85,9 @@ def test_b_panel_packing_copies_whole_vectors_and_matches_numpy(isa, panel):
     assert r.ok, r.details
 
 
-@pytest.mark.parametrize("shape", ["100x64x96", "32x48x16", "130x40x48"])
+@pytest.mark.parametrize(
+    "shape", [pytest.param("100x64x96", marks=pytest.mark.slow), "32x48x16", "130x40x48"]
+)
 def test_packed_b_schedule_zeroes_c_in_registers_and_matches_numpy(shape):
     """`avx2_matmul_packed_b`: B packed whole into 16-column panels first (unless it is one
     panel), no memset of C (register tiles start from zero), right results with both
