@@ -690,9 +690,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{target} rows: peers held to the kernel's ISA: {limit}")
     try:
         plot(results, peaks, Path(args.png))
-    except ModuleNotFoundError as exc:  # matplotlib is in the `bench` extra
+    except ModuleNotFoundError as exc:  # matplotlib is in the `plot` extra
         print(
-            f"\nno plot: {exc.name} is not installed (pip install 'morello-build[bench]')",
+            f"\nno plot: {exc.name} is not installed (pip install 'morello-build[plot]')",
             file=sys.stderr,
         )
     else:

@@ -29,7 +29,7 @@ KERNELS = ("mm64", "matvec_bf16", "mm_odd")
 SYNTH_WORDS = {
     "mm64": ["matmul", "64x64x64"],
     "matvec_bf16": ["matmul", "1x2048x4096", "--dtype", "bf16"],
-    "mm_odd": ["matmul", "20x37x50"],
+    "mm_odd": ["matmul", "7x37x30"],
 }
 
 pytestmark = [

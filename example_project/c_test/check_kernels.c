@@ -76,6 +76,6 @@ int main(void)
     int fails = 0;
     fails += check("mm64", 64, 64, 64, 0, run_mm64);
     fails += check("matvec_bf16", 1, 2048, 4096, 1, run_matvec);
-    fails += check("mm_odd", 20, 37, 50, 0, run_mm_odd);
+    fails += check("mm_odd", 7, 37, 30, 0, run_mm_odd);
     return fails != 0;
 }
