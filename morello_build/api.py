@@ -10,11 +10,10 @@ Everything a user can get wrong raises `MorelloError` with a one-line message.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from morello_build.codegen.abi import GeneratedKernel
-from morello_build.errors import MorelloError, NoImplementation, SpecError
+from morello_build.errors import MorelloError, NoImplementation, SpecError, first_line
 from morello_build.imp.nodes import Impl
 from morello_build.ir.levels import Level
 from morello_build.ir.sizes import matmul_size_problem, shape_text, with_doc
@@ -147,22 +146,12 @@ class SynthResult:
     seconds: float
 
 
-def load_schedule(ref: str, path: str | None = None) -> Callable[..., Impl]:
-    """Import a hand schedule given as `module:function`; `path` (e.g. the declaration
-    file's directory) is searched first while importing it, and only then.
-
-    Importing runs the user's code: whatever it raises is their error (`UserCodeError`,
-    with their frames of the traceback), never a traceback of ours.
-    """
-    return import_schedule(ref, path)
-
-
 def scheduled_impl(ls: LogicalSpec, schedule: str, target: Target, use_cache: bool) -> Impl:
     """The program of hand schedule `schedule` (`module:function`) for `ls`, with the DP
     filling whatever holes it leaves."""
     from morello_build.schedule import Schedule
 
-    fn = load_schedule(schedule)
+    fn = import_schedule(schedule)
     try:
         sched = fn(Schedule.for_spec(ls, target))
     except (Exception, SystemExit) as exc:  # their code: their error, their frames
@@ -221,7 +210,7 @@ def synthesize_kernel(
     except CodegenError as exc:
         if schedule is None:
             raise  # the search's program: a bug of ours
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise MorelloError(
             f"schedule {schedule!r}: its program cannot be emitted as C: {first}"
         ) from None

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from morello_build import __version__
-from morello_build.errors import MorelloError, SpecError
+from morello_build.errors import MorelloError, SpecError, first_line
 from morello_build.ir.text import parse_dims
 from morello_build.names import check_kernel_name
 from morello_build.peers import PEER_ISAS
@@ -575,14 +575,14 @@ def _check_args(args: argparse.Namespace) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "schedule", None):
-            from morello_build.api import load_schedule
+            from morello_build.user_code import import_schedule
 
             # The current directory is searched for the schedule's module (while it is
             # imported only); a schedule that cannot be imported fails before synthesis.
-            load_schedule(args.schedule, path=os.getcwd())
+            import_schedule(args.schedule, os.getcwd())
         return int(args.func(args))
     except MorelloError as exc:
-        first = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         print(f"morello: error: {first}", file=sys.stderr)
         if exc.detail:  # the traceback of the user's own code (a schedule), if any
             print(exc.detail, file=sys.stderr)

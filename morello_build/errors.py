@@ -32,3 +32,9 @@ class UserCodeError(MorelloError):
     def __init__(self, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.detail = detail
+
+
+def first_line(exc: BaseException) -> str:
+    """The one line an error is reported with: its message's first line, else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -25,6 +25,7 @@ from morello_build.ir.sizes import (
 )
 from morello_build.names import kernel_name_problem, show_name
 from morello_build.target.x86 import TUNES as TARGET_TUNES
+from morello_build.user_code import SCHEDULE_REF
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,9 +63,6 @@ _KERNEL_KEYS = (
     "schedule",
 )
 
-_SCHEDULE = re.compile(
-    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z"
-)
 #: Most threads a kernel may use (declarations and the command line alike).
 MAX_THREADS = 1024
 
@@ -398,7 +396,7 @@ def _parse_kernel(
     tune = _parse_tune(table.get("tune"), lambda msg: err("tune", msg)) or default_tune
 
     schedule = table.get("schedule")
-    if schedule is not None and (not isinstance(schedule, str) or not _SCHEDULE.match(schedule)):
+    if schedule is not None and (not isinstance(schedule, str) or not SCHEDULE_REF.match(schedule)):
         raise err("schedule", f'expected "module:function", got {toml_repr(schedule)}')
 
     return KernelDecl(

@@ -32,7 +32,8 @@ from morello_build.build.config import (
     resolve_targets,
 )
 from morello_build.codegen.abi import GeneratedKernel, KernelABI
-from morello_build.errors import MorelloError
+from morello_build.errors import MorelloError, first_line
+from morello_build.memo.store import one_line_warnings
 from morello_build.names import check_kernel_name
 from morello_build.target import isa as isa_mod
 from morello_build.target.x86 import resolve_tune
@@ -240,7 +241,7 @@ def produce(
     except GenerateError:
         raise
     except MorelloError as exc:  # from the synthesizer: say which declaration it was
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         err = GenerateError(f"{req.where or req.name}: {first}")
         err.detail = exc.detail  # a failing schedule's traceback (their frames)
         raise err from exc
@@ -531,7 +532,7 @@ def check_request(req: KernelRequest) -> None:
     except GenerateError as exc:
         raise GenerateError(f"{req.where or req.name}: {exc}") from None
     except MorelloError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise GenerateError(f"{req.where or req.name}: {first}") from None
 
 
@@ -808,6 +809,23 @@ def _parse(
     return args
 
 
+def run_reporting_errors(prog: str, out_dir: Path, body: Callable[[], int]) -> int:
+    """Run a build command's `body` with cache warnings on one line each; a user error (a
+    `MorelloError`, or an `OSError` on an output) is printed as one line, plus the user's
+    own traceback if it came from their schedule, and gives exit code 2."""
+    with one_line_warnings(prog):
+        try:
+            return body()
+        except MorelloError as exc:
+            print(f"error: {first_line(exc)}", file=sys.stderr, flush=True)
+            if exc.detail:
+                print(exc.detail, file=sys.stderr, flush=True)
+            return 2
+        except OSError as exc:
+            print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr, flush=True)
+            return 2
+
+
 def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello generate") -> int:
     """`generate` command: returns the exit code (0 ok, 2 user error); never a traceback.
 
@@ -820,11 +838,8 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
     if isinstance(args, int):
         return args
     out_dir = Path(args.out_dir)
-    from morello_build.memo.store import one_line_warnings
 
-    warnings_ctx = one_line_warnings(prog)  # a cache warning is one line, not Python's two
-    warnings_ctx.__enter__()
-    try:
+    def body() -> int:
         # Hand schedules may live next to the declarations: that directory is searched only
         # while a schedule's module is imported (user_code.schedule_import_path).
         reqs, cfg = _requests(args)
@@ -850,18 +865,9 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
             jobs=args.jobs,
         )
         write_outputs(out_dir, outputs, full=not args.kernel and args.spec is None)
-    except MorelloError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        if exc.detail:  # the traceback of the user's own code (a schedule), if any
-            print(exc.detail, file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr)
-        return 2
-    finally:
-        warnings_ctx.__exit__(None, None, None)
-    return 0
+        return 0
+
+    return run_reporting_errors(prog, out_dir, body)
 
 
 def _check_out_dir(text: str, option: str, *, parent: bool = False) -> None:

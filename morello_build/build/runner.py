@@ -31,15 +31,18 @@ from morello_build.build.generate import (
     GenerateError,
     KernelOutput,
     KernelRequest,
+    _fmt_seconds,
+    _parse,
     build_stamp,
     decl_stamp,
     header_files,
     produce,
     request_from_doc,
+    run_reporting_errors,
     source_files,
     write_outputs,
 )
-from morello_build.errors import MorelloError
+from morello_build.errors import MorelloError, first_line
 
 #: Seconds between two progress lines of one synthesis (the search reports every 2 s).
 PROGRESS_EVERY = 5.0
@@ -83,14 +86,10 @@ class Reporter:
         hits = sum(o.cache_hit for o in outputs)
         n = len(outputs)
         self._print(
-            f"morello: {n} kernel{'s' if n != 1 else ''} in {_fmt(seconds)}: "
+            f"morello: {n} kernel{'s' if n != 1 else ''} in {_fmt_seconds(seconds)}: "
             f"{n - hits} synthesized, {hits} from the cache",
             self._log,
         )
-
-
-def _fmt(s: float) -> str:
-    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
 
 def run_kernels(
@@ -158,7 +157,7 @@ def _child(
     try:
         out = produce(req, verify=verify, use_cache=use_cache, compiler=compiler, progress=progress)
     except MorelloError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        msg = first_line(exc)
         q.put(("error", req.name, msg + ("\n" + exc.detail if exc.detail else "")))
     except BaseException as exc:  # a bug: keep the traceback in the log
         traceback.print_exc()
@@ -293,17 +292,12 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
 
 def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build") -> int:
     """Produce the kernels configure recorded in `--out-dir` that are out of date."""
-    from morello_build.build.generate import _parse
-
     args = _parse(_build_parser(prog), argv, prog)
     if isinstance(args, int):
         return args
     out_dir = Path(args.out_dir)
-    from morello_build.memo.store import one_line_warnings
 
-    warnings_ctx = one_line_warnings(prog)  # a cache warning is one line, not Python's two
-    warnings_ctx.__enter__()
-    try:
+    def body() -> int:
         configured = []
         for name in dict.fromkeys(args.kernel):
             path = decl_stamp(out_dir, name)
@@ -340,15 +334,6 @@ def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build"
             stamp = build_stamp(out_dir, r.name)
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.touch()
-    except MorelloError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"error: {msg}", file=sys.stderr, flush=True)
-        if exc.detail:  # the traceback of the user's own code (a schedule), if any
-            print(exc.detail, file=sys.stderr, flush=True)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        warnings_ctx.__exit__(None, None, None)
-    return 0
+        return 0
+
+    return run_reporting_errors(prog, out_dir, body)

@@ -20,6 +20,7 @@ the sum of those allocations (an upper bound on the per-call heap use of a seria
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable
 
@@ -99,10 +100,7 @@ def _elements(t: TensorSpec) -> int:
     shape = t.shape
     if t.level is not Level.RF:
         shape = lay.expand(t.layout, t.shape) or shape
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)
 
 
 def index_type(impl: Impl) -> str:

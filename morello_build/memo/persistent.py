@@ -22,7 +22,7 @@ from morello_build.errors import SpecError
 from morello_build.imp.cost import Cost
 from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
-from morello_build.ir.spec import LogicalSpec, intern
+from morello_build.ir.spec import LogicalSpec
 from morello_build.memo.coords import limit_from_coord, locate, memory_coords, spec_at
 from morello_build.memo.schema import schema_stamp
 from morello_build.memo.store import CacheStore, PageFormatError, cache_root, scan_pages
@@ -69,7 +69,7 @@ def replay_problem(target: Target, spec: LogicalSpec, value: MemoValue) -> str |
     """Why replaying `value` for `spec` would not rebuild the program it was stored for
     (None when it would): its action index is out of the Spec's list, or the action there
     is not the one whose fingerprint was stored."""
-    acts = actions_for(intern(spec), target)
+    acts = actions_for(spec, target)  # interns `spec` itself when it is not
     if value.action >= len(acts):
         return f"action {value.action} of {spec.text()} is out of range (it has {len(acts)})"
     found = action_fingerprint(acts[value.action][0])

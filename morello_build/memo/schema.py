@@ -46,8 +46,9 @@ def _imported_modules(name: str, source: str, is_package: bool) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            if node.level:  # relative: `from ..x import y` drops level - 1 packages
+                parts = package.split(".")
+                base = parts[: len(parts) - (node.level - 1)]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""

@@ -43,6 +43,7 @@ import re
 import secrets
 import stat
 import struct
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -280,8 +281,6 @@ def warn_unusable(root: Path, problem: str) -> None:
 def one_line_warnings(prog: str) -> Iterator[None]:
     """Within: a `CacheWarning` prints as one line `<prog>: warning: ...` on stderr (not
     Python's two-line form with a source line); other warnings are untouched."""
-    import sys
-
     original = warnings.showwarning
 
     def show(
@@ -326,27 +325,28 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _temp_files(table_dir: Path) -> Iterator[tuple[Path, int, bool]]:
+    """Writers' temp files in one table directory: ``(path, writer pid, writer running)``."""
+    for e in _files(table_dir):
+        pid = _temp_owner(e.name)
+        if pid is not None:
+            yield Path(e.path), pid, _pid_alive(pid)
+
+
 def stray_temp_files(root: Path) -> list[tuple[Path, int, bool]]:
     """Temp files writers left under `root`: ``(path, writer pid, writer still running)``.
     Writers remove their own; one whose writer is gone was left by a killed process (the
     page file itself is intact) and is removed by the next write of that table."""
-    out = []
-    for tdir, _, _, _ in _scan(root):
-        for e in _files(tdir):
-            pid = _temp_owner(e.name)
-            if pid is not None:
-                out.append((Path(e.path), pid, _pid_alive(pid)))
-    return out
+    return [t for tdir, _, _, _ in _scan(root) for t in _temp_files(tdir)]
 
 
 def _sweep_temp_files(keydir: Path) -> int:
     """Remove temp files in `keydir` whose writer is gone (call with its lock held)."""
     removed = 0
-    for e in _files(keydir):
-        pid = _temp_owner(e.name)
-        if pid is not None and not _pid_alive(pid):
+    for path, _, alive in _temp_files(keydir):
+        if not alive:
             with contextlib.suppress(OSError):
-                os.unlink(e.path)
+                os.unlink(path)
                 removed += 1
     return removed
 
