@@ -31,15 +31,15 @@ from pathlib import Path as FsPath
 from morello_build.actions.enumerate import actions_for
 from morello_build.api import matmul_spec_text
 from morello_build.codegen.emit import generate_c
-from morello_build.imp.cost import Cost
-from morello_build.imp.nodes import Impl
+from morello_build.impl.cost import Cost
+from morello_build.impl.nodes import Impl
 from morello_build.ir.limits import ZERO, Limits, subtract
 from morello_build.ir.spec import LogicalSpec, intern
 from morello_build.ir.text import parse_spec
+from morello_build.machine.isa import ISA_FLAGS
+from morello_build.machine.target import get_target
 from morello_build.search.dp import Search, run_deep
-from morello_build.search.memo import Solution
-from morello_build.target.isa import ISA_FLAGS
-from morello_build.target.x86 import get_target
+from morello_build.search.memo_protocol import Solution
 
 Path = tuple[int, ...]  # child indices from the root
 

@@ -63,9 +63,9 @@ import time
 from pathlib import Path
 
 from morello_build.api import cache_target_id
-from morello_build.target.isa import host_supports, native_isa, native_tune
-from morello_build.target.x86 import TUNES as TARGET_TUNES
-from morello_build.target.x86 import TUNINGS, get_target
+from morello_build.machine.isa import host_supports, native_isa, native_tune
+from morello_build.machine.target import TUNES as TARGET_TUNES
+from morello_build.machine.target import TUNINGS, get_target
 
 TARGETS = ("avx512", "avx2", "amx")
 DEFAULT_SHAPES = (

@@ -13,20 +13,23 @@ import time
 from dataclasses import dataclass
 
 from morello_build.codegen.abi import GeneratedKernel
+from morello_build.codegen.emit import generate_c
+from morello_build.codegen.views import CodegenError
 from morello_build.errors import MorelloError, NoImplementation, SpecError, first_line
-from morello_build.imp.nodes import Impl
+from morello_build.impl.nodes import Impl
 from morello_build.ir.levels import Level
 from morello_build.ir.sizes import matmul_size_problem, shape_text, with_doc
 from morello_build.ir.spec import MATMUL, LogicalSpec, Spec
 from morello_build.ir.text import parse_spec
-from morello_build.memo.persistent import PersistentMemo
-from morello_build.memo.persistent import cache_target_id as cache_target_id  # re-export
+from morello_build.machine.isa import native_isa
+from morello_build.machine.target import Target, get_target, resolve_tune
 from morello_build.names import check_kernel_name
+from morello_build.schedule import Schedule
 from morello_build.search.dp import Progress, Search
-from morello_build.search.memo import DictMemo, Memo
+from morello_build.search.memo_protocol import Memo
+from morello_build.search.persistent import cache_target_id as cache_target_id  # re-export
+from morello_build.search.persistent import make_memo
 from morello_build.search.session import search_session
-from morello_build.target.isa import native_isa
-from morello_build.target.x86 import Target, get_target, resolve_tune
 from morello_build.user_code import import_schedule, user_failure
 
 
@@ -83,12 +86,6 @@ class Synthesis:
     seconds: float
 
 
-def make_memo(target: Target, use_cache: bool) -> Memo:
-    if not use_cache:
-        return DictMemo()
-    return PersistentMemo(target)
-
-
 def synthesize(
     spec: LogicalSpec | str,
     target: str = "native",
@@ -101,7 +98,7 @@ def synthesize(
     schedule: str | None = None,
 ) -> Synthesis:
     """Find the cheapest program for `spec` (all memory available) on `target`, with the
-    constants of `tune` (`target.x86.resolve_tune`: None means this host's for the native
+    constants of `tune` (`machine.target.resolve_tune`: None means this host's for the native
     target, `generic` otherwise). With `schedule` (`module:function`), the program is that
     hand schedule's, the search filling only the holes it leaves (`solved` is then 0)."""
     ls = as_spec(spec)
@@ -129,13 +126,11 @@ def _synthesize(
     start = time.perf_counter()
     search = Search(tgt, memo, progress=progress)
     impl = search.reconstruct(Spec(ls, tgt.max_limits))
-    flush = getattr(memo, "flush", None)
-    if flush is not None:
-        flush()
+    memo.flush()
     if impl is None:
         raise NoImplementation(f"no implementation of {ls.text()} fits the {tgt.isa} target")
-    hits = getattr(memo, "cache_hits", 0)
-    return Synthesis(ls, tgt, impl, search.stats.solved, hits, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return Synthesis(ls, tgt, impl, search.stats.solved, memo.cache_hits, seconds)
 
 
 @dataclass(frozen=True)
@@ -149,8 +144,6 @@ class SynthResult:
 def scheduled_impl(ls: LogicalSpec, schedule: str, target: Target, use_cache: bool) -> Impl:
     """The program of hand schedule `schedule` (`module:function`) for `ls`, with the DP
     filling whatever holes it leaves."""
-    from morello_build.schedule import Schedule
-
     fn = import_schedule(schedule)
     try:
         sched = fn(Schedule.for_spec(ls, target))
@@ -186,9 +179,6 @@ def synthesize_kernel(
     tune: str | None = None,
 ) -> SynthResult:
     """Synthesize (or replay from the cache) and generate C for one kernel."""
-    from morello_build.codegen.emit import generate_c
-    from morello_build.codegen.views import CodegenError
-
     check_kernel_name(name, variant_ok=True)  # build.dispatch's variants: `<name>__<isa>`
     ls = as_spec(spec_text)
     if ls.kind == MATMUL and any(o.level is not Level.GL for o in ls.operands):

@@ -43,9 +43,9 @@ from morello_build.ccompile import Compiler, compile_object, find_compiler, link
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.codegen.context import HELPERS
 from morello_build.errors import MorelloError
+from morello_build.machine.isa import ISA_FLAGS, host_supports, native_isa
+from morello_build.machine.target import tune_note
 from morello_build.peers import PEER_ISAS, PeerLib, find_mkl, find_openblas
-from morello_build.target.isa import ISA_FLAGS, host_supports, native_isa
-from morello_build.target.x86 import tune_note
 from morello_build.verify import (
     STORAGE,
     IsaUnavailable,

@@ -49,7 +49,7 @@ def spec_from_args(args: argparse.Namespace) -> str:
     `args.threads` becomes the word's); options both inside and outside it are an error.
     """
     from morello_build.api import matmul_spec_text
-    from morello_build.build.shorthand import expand_spec, is_shorthand
+    from morello_build.integration.shorthand import expand_spec, is_shorthand
 
     tokens = list(args.spec)
     if len(tokens) == 1 and is_shorthand(tokens[0]) and "-" in tokens[0].split(None, 2)[-1]:
@@ -141,7 +141,7 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         "--schedule",
         metavar="MODULE:FUNCTION",
         help="a hand schedule instead of the search: a function of a Schedule (see"
-        " morello_build.examples, e.g. morello_build.examples:avx2_matmul_packed_b); the"
+        " morello_build.schedules, e.g. morello_build.schedules:avx2_matmul_packed_b); the"
         " search fills the holes it leaves",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
@@ -221,7 +221,7 @@ def _write_files(files: Sequence[tuple[Path, str, str]]) -> None:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     from morello_build.api import synthesize
-    from morello_build.imp import printer
+    from morello_build.impl import printer
 
     spec_text = spec_from_args(args)
     if args.format == "c":
@@ -344,7 +344,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from morello_build.memo.report import run_cache_command
+    from morello_build.search.cache_report import run_cache_command
 
     return run_cache_command(args.action, Path(args.root) if args.root else None)
 
@@ -500,7 +500,7 @@ def entry_point() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "generate":
-        from morello_build.build.generate import generate_main
+        from morello_build.integration.commands import generate_main
 
         return generate_main(argv[1:])
     parser = build_parser()
@@ -509,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # a usage error (one line printed), --help or --version
         return exc.code if isinstance(exc.code, int) else 0
     if args.cmake_dir:
-        from morello_build.build.generate import cmake_dir
+        from morello_build.integration.commands import cmake_dir
 
         print(cmake_dir())
         return 0
@@ -532,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_args(args: argparse.Namespace) -> str | None:
     """What is wrong with options that argparse cannot check alone (None: nothing)."""
-    from morello_build.build.config import MAX_THREADS
+    from morello_build.integration.config import MAX_THREADS
 
     threads = getattr(args, "threads", 1)
     if not 1 <= threads <= MAX_THREADS:

@@ -22,16 +22,18 @@ from morello_build.actions.move import Move, move_const
 from morello_build.actions.select import Select
 from morello_build.actions.tile import Split, TileOut, loop_const
 from morello_build.errors import MorelloError
-from morello_build.imp.cost import Cost
-from morello_build.imp.nodes import Alloc, Block, Hole, Impl, Loop
-from morello_build.imp.printer import iter_nodes
+from morello_build.impl.cost import Cost
+from morello_build.impl.nodes import Alloc, Block, Hole, Impl, Loop
+from morello_build.impl.printer import iter_nodes
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
 from morello_build.ir.limits import LEVEL_COUNT, ZERO, Limits, add_peak, elementwise_max, subtract
 from morello_build.ir.spec import LogicalSpec, Spec
+from morello_build.machine.target import Target
+from morello_build.search.dp import Search
+from morello_build.search.persistent import make_memo
 from morello_build.search.session import search_session
-from morello_build.target.x86 import Target
 
 Path = tuple[int, ...]
 
@@ -111,9 +113,6 @@ class Schedule:
 
     def synthesize_rest(self, use_cache: bool = False) -> Schedule:
         """Fill every hole with the DP's optimum under the memory left at that hole."""
-        from morello_build.api import make_memo
-        from morello_build.search.dp import Search
-
         search = Search(self.target, make_memo(self.target, use_cache))
 
         def fill(node: Impl, limits: Limits) -> Impl:
@@ -240,7 +239,7 @@ def with_costs(node: Impl, target: Target) -> Impl:
     Used for manual schedules, and by tests to check that the DP's costs are the costs
     of the programs it rebuilds.
     """
-    from morello_build.target.kernels import KERNELS_BY_NAME
+    from morello_build.machine.kernels import KERNELS_BY_NAME
 
     kids = tuple(with_costs(c, target) for c in node.children)
     costs = [c.cost for c in kids]

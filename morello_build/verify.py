@@ -80,7 +80,7 @@ from morello_build.ccompile import (
 )
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.errors import MorelloError
-from morello_build.target.isa import ISA_FLAGS, host_supports
+from morello_build.machine.isa import ISA_FLAGS, host_supports
 
 __all__ = [
     "CompileError",

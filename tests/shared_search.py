@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import functools
 
-from morello_build.imp.nodes import Impl
+from morello_build.impl.nodes import Impl
 from morello_build.ir.spec import LogicalSpec, Spec
+from morello_build.machine.target import get_target
 from morello_build.search.dp import Search
-from morello_build.target.x86 import get_target
 
 
 @functools.cache

@@ -16,10 +16,10 @@ from morello_build.codegen.views import CodegenError
 from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
 from morello_build.ir.text import parse_spec
+from morello_build.machine import isa as isa_mod
+from morello_build.machine.kernels import KERNELS_BY_NAME
+from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
-from morello_build.target import isa as isa_mod
-from morello_build.target.kernels import KERNELS_BY_NAME
-from morello_build.target.x86 import get_target
 
 AMX = "AmxTileMatmulBf16F32"
 PACK = "PackBf16Pairs"

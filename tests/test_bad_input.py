@@ -79,7 +79,7 @@ def write_decls(tmp_path: Path, kernel: str, top: str = "") -> Path:
 def run_generate(
     capsys: pytest.CaptureFixture[str], config: Path, out: Path, *extra: str
 ) -> tuple[int, str, str]:
-    from morello_build.build.generate import generate_main
+    from morello_build.integration.commands import generate_main
 
     code = generate_main(["--config", str(config), "--out-dir", str(out), *extra])
     o, e = capsys.readouterr()
@@ -91,7 +91,7 @@ def run_generate(
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=lambda n: n[:20])
 def test_item3_bad_names_are_rejected_by_the_declarations(tmp_path: Path, name: str) -> None:
-    from morello_build.build.config import ConfigError, load_config
+    from morello_build.integration.config import ConfigError, load_config
 
     cfg = write_decls(tmp_path, f'name = "{name}"\nshape = [4, 4, 4]\n')
     with pytest.raises(ConfigError) as info:
@@ -163,7 +163,7 @@ def test_item3_rejected_keywords_really_break_a_cxx_consumer(tmp_path: Path, nam
 def test_item5_the_morello_prefix_is_reserved(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    from morello_build.build.config import ConfigError, load_config
+    from morello_build.integration.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="reserved"):
         load_config(write_decls(tmp_path, f'name = "{name}"\nshape = [4, 4, 4]\n'))
@@ -397,9 +397,9 @@ def _dead_pid() -> int:
 def test_item8_stray_temp_files_are_reported_and_swept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from morello_build.memo.report import run_cache_command
     from morello_build.memo.store import CacheStore
     from morello_build.memo.value import MemoValue
+    from morello_build.search.cache_report import run_cache_command
 
     root = tmp_path / "cache"
     value = MemoValue(intensity=Fraction(1), peaks=(0, 0, 0, 0), depth=1, action=0, fingerprint=0)
@@ -510,7 +510,7 @@ def test_item9_a_build_asked_to_verify_never_passes_unverified(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from morello_build.api import matmul_spec_text, synthesize_kernel
-    from morello_build.build.generate import GenerateError, _verify
+    from morello_build.integration.generate import GenerateError, _verify
 
     spec = matmul_spec_text(1, 4, 4, 4)
     kernel = synthesize_kernel(spec, name="mm", target="x86-64", use_cache=False).kernel
@@ -526,9 +526,9 @@ def test_item9_a_build_asked_to_verify_never_passes_unverified(
 
 
 def test_the_cli_accepts_what_cmake_spec_accepts() -> None:
-    from morello_build.build.shorthand import expand_spec
     from morello_build.cli import build_parser, spec_from_args
     from morello_build.errors import MorelloError
+    from morello_build.integration.shorthand import expand_spec
 
     for word in (
         "matmul 1x288x288 --layout-b col",

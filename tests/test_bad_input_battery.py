@@ -197,7 +197,7 @@ def _schedules(tag: str) -> list[tuple[str, tuple[str, ...]]]:
         ("os.path:join", ("raised TypeError",)),
         ("os:nonexistent", ("no function",)),
         ("no_such_module_31:f", ("cannot import",)),
-        ("morello_build.examples:avx2_matmul_packed_b", ("N % 16",)),
+        ("morello_build.schedules:avx2_matmul_packed_b", ("N % 16",)),
         (f"sched_{tag}:raises", ("raised ValueError",)),
         (f"sched_{tag}:returns_none", ("returned NoneType",)),
         (f"sched_{tag}:returns_text", ("returned str",)),
@@ -409,7 +409,7 @@ def _bad_elements(tag: str) -> list[tuple[tuple[str, ...], tuple[str, ...], tupl
         (("--schedule", s), ("schedule",), all3)
         for s, _ in _schedules(tag)
         if not s.startswith(("sched_", "syntax_", "imports_", "raising_", "exiting_"))
-        and not s.startswith("morello_build.examples")  # fits some of the small specs
+        and not s.startswith("morello_build.schedules")  # fits some of the small specs
     ]
     return out
 

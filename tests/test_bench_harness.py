@@ -229,7 +229,7 @@ def test_peers_are_held_to_an_older_kernel_isa() -> None:
     (MKL_ENABLE_INSTRUCTIONS, OPENBLAS_CORETYPE, the loop nest's -march) unless asked
     otherwise, and the held peers still pass the numpy check: an avx2 kernel on an AVX-512
     host, a plain x86-64 kernel on an AVX2-only host (e.g. AMD Zen 3)."""
-    from morello_build.target.isa import native_isa
+    from morello_build.machine.isa import native_isa
 
     host = native_isa()
     older = "avx2" if host in ("avx512", "amx") else "x86-64"
@@ -270,7 +270,7 @@ def test_avx512_kernels_meet_peers_without_amx_on_an_amx_host() -> None:
     """On a host newer than the kernel (AMX) an avx512 kernel meets AVX-512+BF16 peers
     (MKL's AVX512_E3, no tile unit); on a plain AVX-512 host only OpenBLAS is pinned, to
     its AVX-512 kernels."""
-    from morello_build.target.isa import native_isa
+    from morello_build.machine.isa import native_isa
 
     k = matmul_kernel("bavx512", 1, 32, 32, 32)
     k = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa="avx512"))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from morello_build.target.isa import ISA_FLAGS
+from morello_build.machine.isa import ISA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "build_fixtures"
@@ -170,7 +170,7 @@ def test_configure_reports_bad_declaration(tmp_path: Path, cache: Path) -> None:
 
 def test_cmake_dir_holds_config() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "morello_build.build", "--cmake-dir"],
+        [sys.executable, "-m", "morello_build.integration", "--cmake-dir"],
         capture_output=True,
         text=True,
         check=True,
@@ -305,9 +305,9 @@ static int fake_supports(const char *f)
 @pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if shutil.which(c)])
 def test_dispatcher_picks_best_supported_isa(tmp_path: Path, cc: str) -> None:
     """Runtime dispatch, with __builtin_cpu_supports replaced by a fake CPU from $FAKE_CPU."""
-    from morello_build.build import dispatch
     from morello_build.codegen.abi import KernelABI, OperandABI
-    from morello_build.target import isa
+    from morello_build.integration import dispatch
+    from morello_build.machine import isa
 
     ops = (
         OperandABI("a", (2, 3), "f32", (0, 1), "in"),
@@ -377,7 +377,7 @@ def test_generate_cli_writes_outputs_once(tmp_path: Path, cache: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "morello_build.build",
+        "morello_build.integration",
         "generate",
         "--config",
         "morello.toml",
@@ -441,7 +441,7 @@ def test_cmake_builds_the_c_that_morello_synth_prints(tmp_path: Path, cache: Pat
     """Same declaration, same host: CMake's C is byte for byte `morello synth --format c`
     (the tuning included: configure records `native` as this host's tuning, and the build
     step used to build the ISA's generic tuning instead). The SPEC uses the CLI shorthand."""
-    from morello_build.target.isa import native_tune
+    from morello_build.machine.isa import native_tune
 
     src = _project(
         tmp_path / "src",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from morello_build.build.config import ConfigError, decl_operands, load_config
+from morello_build.integration.config import ConfigError, decl_operands, load_config
 
 GOOD = """
 [tool.morello]
@@ -275,7 +275,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "morello_build.build", "generate", *args],
+        [sys.executable, "-m", "morello_build.integration", "generate", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -341,8 +341,8 @@ def _cli_args(words: list[str]) -> object:
 
 @pytest.mark.parametrize("text", SHORTHANDS)
 def test_spec_shorthand_means_what_the_cli_means(text: str) -> None:
-    from morello_build.build.shorthand import expand_spec
     from morello_build.cli import spec_from_args
+    from morello_build.integration.shorthand import expand_spec
 
     args = _cli_args(text.split())
     got = expand_spec(text)
@@ -351,7 +351,7 @@ def test_spec_shorthand_means_what_the_cli_means(text: str) -> None:
 
 
 def test_spec_text_form_is_kept() -> None:
-    from morello_build.build.shorthand import expand_spec
+    from morello_build.integration.shorthand import expand_spec
 
     text = "Matmul(1x8x16x4, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
     assert expand_spec(text).text == text
@@ -395,8 +395,8 @@ BAD_SPECS = [
 def test_bad_spec_messages_are_the_cli_messages(
     text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from morello_build.build.shorthand import expand_spec, is_shorthand
     from morello_build.errors import MorelloError
+    from morello_build.integration.shorthand import expand_spec, is_shorthand
     from morello_build.ir.text import parse_spec
 
     words = text.split() if is_shorthand(text) else [text]
@@ -486,7 +486,7 @@ def slow_api(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
 def test_generate_prints_progress_as_it_goes(
     tmp_path: Path, slow_api: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from morello_build.build.generate import generate_main
+    from morello_build.integration.commands import generate_main
 
     cfg = _write(tmp_path, MM_TOML, "morello.toml")
     code = generate_main(
@@ -504,7 +504,7 @@ def test_generate_prints_progress_as_it_goes(
 def test_parallel_generate_reports_every_kernel(
     tmp_path: Path, slow_api: list[dict[str, object]], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from morello_build.build.generate import generate_main
+    from morello_build.integration.commands import generate_main
 
     cfg = _write(tmp_path, MM_TOML, "morello.toml")
     out_dir = tmp_path / "o"
@@ -532,9 +532,9 @@ def test_build_step_uses_the_configured_tuning(
     """Configure resolves `target = "native"` to this host's ISA and tuning; the build step
     must synthesize with that tuning, not the ISA's generic one (here the host is made to
     look like a Zen 4)."""
-    from morello_build.build.generate import generate_main
-    from morello_build.build.runner import build_main
-    from morello_build.target import x86
+    from morello_build.integration.commands import generate_main
+    from morello_build.integration.commands import build_main
+    from morello_build.machine import x86
 
     monkeypatch.setattr(x86, "native_tune", lambda: "zen4")
     cfg = _write(tmp_path, MM_TOML, "morello.toml")
@@ -569,9 +569,9 @@ def test_build_step_failure_lets_running_kernels_finish(
     import time
 
     from morello_build import api
-    from morello_build.build.generate import generate_main
-    from morello_build.build.runner import build_main
     from morello_build.errors import SpecError
+    from morello_build.integration.commands import generate_main
+    from morello_build.integration.commands import build_main
 
     real = api.synthesize_kernel
 

@@ -17,17 +17,17 @@ import numpy as np
 import pytest
 
 from morello_build.api import synthesize
+from morello_build.machine.target import get_target
 from morello_build.memo.boxes import Page
-from morello_build.memo.persistent import (
+from morello_build.memo.store import CacheWarning, decode_page, encode_page, scan_pages
+from morello_build.memo.value import MemoValue
+from morello_build.search.persistent import (
     PersistentMemo,
     cache_target_id,
     target_from_cache_id,
     verify_replays,
 )
-from morello_build.memo.schema import PACKAGE_ROOT, schema_sources, schema_stamp, stamp_of
-from morello_build.memo.store import CacheWarning, decode_page, encode_page, scan_pages
-from morello_build.memo.value import MemoValue
-from morello_build.target.x86 import get_target
+from morello_build.search.schema import PACKAGE_ROOT, schema_sources, schema_stamp, stamp_of
 
 SPEC = "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 

@@ -43,8 +43,8 @@ def morello(*args, env=None):
         (["bench", "matmul", "8x8x8", "--min-time", "nan"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--scaling"], "--scaling compares a threaded kernel"),
         (
-            ["synth", "matmul", "8x8x8", "--schedule", "morello_build.examples:nope"],
-            "morello_build.examples has no function 'nope'",
+            ["synth", "matmul", "8x8x8", "--schedule", "morello_build.schedules:nope"],
+            "morello_build.schedules has no function 'nope'",
         ),
         (
             [
@@ -54,7 +54,7 @@ def morello(*args, env=None):
                 "--target",
                 "avx2",
                 "--schedule",
-                "morello_build.examples:avx2_matmul_packed_b",
+                "morello_build.schedules:avx2_matmul_packed_b",
             ],
             "needs N % 16 == 0",
         ),  # fmt: skip
@@ -129,13 +129,13 @@ def test_schedule_option_prints_verifies_and_writes_the_hand_schedule():
     the search): the tree and JSON name it, verify checks it against numpy, and the C is
     the schedule's (no memset: its register tiles start from zero)."""
     common = ("matmul", "100x64x96", "--target", "avx2", "-q")  # the session's cache
-    sched = ("--schedule", "morello_build.examples:avx2_matmul_packed_b")
+    sched = ("--schedule", "morello_build.schedules:avx2_matmul_packed_b")
     tree = morello("synth", *common, *sched)
     assert tree.returncode == 0, tree.stderr
     assert tree.stdout.startswith("move(1, GL, [2,1,2p16], f32)")
-    assert "schedule morello_build.examples:avx2_matmul_packed_b: cost" in tree.stdout
+    assert "schedule morello_build.schedules:avx2_matmul_packed_b: cost" in tree.stdout
     doc = json.loads(morello("synth", *common, *sched, "--format", "json").stdout)
-    assert doc["schedule"] == "morello_build.examples:avx2_matmul_packed_b"
+    assert doc["schedule"] == "morello_build.schedules:avx2_matmul_packed_b"
     assert doc["impl"]["action"] == "move(1, GL, [2,1,2p16], f32)"
     c = morello("synth", *common, *sched, "--format", "c")
     assert c.returncode == 0 and "memset" not in c.stdout

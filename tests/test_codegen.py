@@ -25,16 +25,16 @@ from morello_build.codegen.views import (
     View,
     coords,
 )
-from morello_build.imp.nodes import Alloc, Hole, Impl, Loop
+from morello_build.impl.nodes import Alloc, Hole, Impl, Loop
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, canonical
 from morello_build.ir.tensorspec import make_tensor
 from morello_build.ir.text import parse_spec
+from morello_build.machine.isa import host_supports
+from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
-from morello_build.target.isa import host_supports
-from morello_build.target.x86 import get_target
 from morello_build.verify import IsaUnavailable, VerifyResult, verify_kernel
 
 _SYNTH: dict[tuple[str, LogicalSpec], Impl] = {}

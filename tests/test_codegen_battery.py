@@ -11,7 +11,7 @@ from shared_search import synthesize_impl
 
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
-from morello_build.imp.nodes import Impl
+from morello_build.impl.nodes import Impl
 from morello_build.ir.text import parse_spec
 from morello_build.verify import IsaUnavailable, verify_kernel
 

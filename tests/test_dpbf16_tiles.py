@@ -19,13 +19,13 @@ from morello_build.actions.move import Move
 from morello_build.api import cache_target_id, synthesize
 from morello_build.codegen.emit import generate_c
 from morello_build.errors import SpecError
-from morello_build.imp.nodes import Kernel
-from morello_build.imp.printer import iter_nodes
+from morello_build.impl.nodes import Kernel
+from morello_build.impl.printer import iter_nodes
 from morello_build.ir import layout as lay
 from morello_build.ir.text import parse_spec
-from morello_build.target import isa as isa_mod
-from morello_build.target.kernels import KERNELS_BY_NAME
-from morello_build.target.x86 import get_target, resolve_tune
+from morello_build.machine import isa as isa_mod
+from morello_build.machine.kernels import KERNELS_BY_NAME
+from morello_build.machine.target import get_target, resolve_tune
 
 TILE = "Dpbf16TileBf16F32"
 PACK = "PackBf16Pairs"
@@ -158,7 +158,7 @@ def test_cli_tune():
 
 
 def _config(tmp_path, text: str):
-    from morello_build.build.config import load_config
+    from morello_build.integration.config import load_config
 
     path = tmp_path / "morello.toml"
     path.write_text(text)
@@ -191,7 +191,7 @@ def test_declarations_take_a_tune(tmp_path):
 
 
 def test_a_bad_tune_is_one_clear_error(tmp_path):
-    from morello_build.build.config import ConfigError
+    from morello_build.integration.config import ConfigError
 
     with pytest.raises(ConfigError) as exc:
         _config(tmp_path, 'tune = "zen9"\n' + _KERNELS)

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from morello_build.build.dispatch import dispatcher_source, kernel_header, variant_name
-from morello_build.build.generate import combined_header
 from morello_build.codegen.abi import header_guard
 from morello_build.codegen.emit import CodegenError, generate_c
-from morello_build.imp.nodes import Impl
+from morello_build.impl.nodes import Impl
+from morello_build.integration.dispatch import dispatcher_source, kernel_header, variant_name
+from morello_build.integration.generate import combined_header
 from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
+from morello_build.machine.target import get_target
 from morello_build.search.dp import Search
-from morello_build.target.x86 import get_target
 
 SPEC = "Matmul(1x2x4x4, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 

@@ -3,8 +3,8 @@
 from morello_build.actions.select import Select
 from morello_build.ir.limits import next_pow2, snap_up, subtract
 from morello_build.ir.text import parse_spec
-from morello_build.target.kernels import KERNELS_BY_NAME
-from morello_build.target.x86 import get_target
+from morello_build.machine.kernels import KERNELS_BY_NAME
+from morello_build.machine.target import get_target
 
 
 def test_subtract_snaps_cache_levels_down():

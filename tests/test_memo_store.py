@@ -33,7 +33,6 @@ from memo_support import (
 )
 
 from morello_build.memo.boxes import Page
-from morello_build.memo.report import run_cache_command
 from morello_build.memo.store import (
     MAGIC,
     CacheStore,
@@ -50,6 +49,7 @@ from morello_build.memo.store import (
     verify,
 )
 from morello_build.memo.value import UNSAT, MemoValue, Value
+from morello_build.search.cache_report import run_cache_command
 
 V1 = MemoValue(Fraction(7, 3), (2, 0, 5, 1), 3, 11)
 V2 = MemoValue(Fraction(1, 9), (0, 0, 0, 0), 0, 0)

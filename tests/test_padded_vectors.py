@@ -10,8 +10,8 @@ from compilers import verify_with_each_compiler
 from morello_build.actions.tile import register_aligned
 from morello_build.api import synthesize
 from morello_build.codegen.emit import generate_c
-from morello_build.imp.nodes import Alloc
-from morello_build.imp.printer import iter_nodes
+from morello_build.impl.nodes import Alloc
+from morello_build.impl.printer import iter_nodes
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level

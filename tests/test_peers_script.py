@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from morello_build.target.isa import host_supports
+from morello_build.machine.isa import host_supports
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "peers.py"
 

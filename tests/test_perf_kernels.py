@@ -18,16 +18,16 @@ from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
 from morello_build.codegen.emit import generate_c
 from morello_build.codegen.kernels import STREAM_PREFETCH_AHEAD
-from morello_build.imp.nodes import Alloc, Block, Impl, Kernel, Loop
-from morello_build.imp.printer import iter_nodes
+from morello_build.impl.nodes import Alloc, Block, Impl, Kernel, Loop
+from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.text import parse_spec
-from morello_build.target.kernels import (
+from morello_build.machine.kernels import (
     KERNELS_BY_NAME,
     STREAM_LINE_COST,
     STREAM_RUN_COST,
 )
-from morello_build.target.x86 import get_target
+from morello_build.machine.target import get_target
 from morello_build.verify import IsaUnavailable, verify_kernel
 
 ROWS_F32 = KERNELS_BY_NAME["VecMatRowsF32"]
@@ -326,7 +326,7 @@ def test_l2_views_are_offered_for_contiguous_tiles_larger_than_l1() -> None:
     # B, 2048 x 1024 f32 (8 MiB), does not fit a 1 MiB L2 (A, 8 x 2048, is as big as L1)
     wide_b = _l2_moves("Matmul(1x8x2048x1024, f32:GL:row, f32:GL:row, f32:GL:row)", "avx512")
     assert {a.operand for a in wide_b} == {0}
-    # AVX2 has no L2 level (see `target.x86`)
+    # AVX2 has no L2 level (see `machine.target`)
     assert not _l2_moves(big.text(), "avx2")
 
 
@@ -399,7 +399,7 @@ def test_storing_a_zmm_register_costs_two_fmas() -> None:
     """A 64-byte vector store is priced like 2 FMAs (`ZMM_STORE_COST`, measured); a load
     costs one unit per register plus, on AVX-512, one per load (`VRF_LOAD_COST`); 32-byte
     stores keep one unit per register."""
-    from morello_build.target.kernels import VRF_LOAD_COST, ZMM_STORE_COST
+    from morello_build.machine.kernels import VRF_LOAD_COST, ZMM_STORE_COST
 
     assign = KERNELS_BY_NAME["VectorAssign"]
     fma = KERNELS_BY_NAME["BroadcastVecMultAdd"]

@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from morello_build.api import synthesize
-from morello_build.memo.persistent import PersistentMemo
+from morello_build.machine.target import get_target
 from morello_build.memo.store import verify
-from morello_build.target.x86 import get_target
+from morello_build.search.persistent import PersistentMemo
 
 
 @pytest.fixture()

@@ -5,19 +5,19 @@ import pytest
 from compilers import verify_with_each_compiler
 
 from morello_build.codegen.emit import generate_c
-from morello_build.examples import (
+from morello_build.impl.nodes import Alloc, Kernel, Loop
+from morello_build.impl.printer import iter_nodes
+from morello_build.ir.levels import Level
+from morello_build.ir.spec import Spec
+from morello_build.ir.text import parse_spec
+from morello_build.machine.target import get_target
+from morello_build.schedule import Schedule, ScheduleError
+from morello_build.schedules import (
     avx2_matmul_6x16,
     avx2_matmul_packed_b,
     matmul_threads_split_columns,
 )
-from morello_build.imp.nodes import Alloc, Kernel, Loop
-from morello_build.imp.printer import iter_nodes
-from morello_build.ir.levels import Level
-from morello_build.ir.spec import Spec
-from morello_build.ir.text import parse_spec
-from morello_build.schedule import Schedule, ScheduleError
 from morello_build.search.dp import Search
-from morello_build.target.x86 import get_target
 from morello_build.verify import IsaUnavailable, verify_kernel
 
 SPEC = "MatmulAccum(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)"

@@ -6,15 +6,15 @@ import itertools
 import pytest
 
 from morello_build.actions.enumerate import actions_for
-from morello_build.imp.nodes import Alloc, Kernel, Loop
-from morello_build.imp.printer import iter_nodes
+from morello_build.impl.nodes import Alloc, Kernel, Loop
+from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import ZERO, subtract
 from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
+from morello_build.machine.target import get_target
 from morello_build.schedule import with_costs
 from morello_build.search.dp import Search
-from morello_build.target.x86 import get_target
 
 
 def all_impls(ls, limits, target, memo):

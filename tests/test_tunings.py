@@ -16,7 +16,7 @@ from compilers import verify_with_each_compiler
 
 from morello_build.api import cache_target_id, matmul_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import CodegenError, generate_c
-from morello_build.target.x86 import TUNINGS, get_target
+from morello_build.machine.target import TUNINGS, get_target
 
 PREFETCH = "__builtin_prefetch"
 
@@ -91,7 +91,7 @@ def test_cli_writes_the_tuned_kernel(tmp_path):
 def test_the_build_stamp_holds_the_resolved_tuning(tmp_path):
     """CMake regenerates a kernel when its stamp changes: a native tuning resolved on another
     machine (zen3 here, generic there) must change it, as the resolved ISAs do."""
-    from morello_build.build.generate import KernelRequest, cmake_info
+    from morello_build.integration.generate import KernelRequest, cmake_info
 
     spec = matmul_spec_text(1, 1, 16, 4096)
     stamp = tmp_path / ".decl" / "mv.decl"

@@ -31,9 +31,9 @@ from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.codegen.emit import generate_c
 from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
+from morello_build.machine.isa import host_supports
+from morello_build.machine.target import get_target
 from morello_build.search.dp import Search
-from morello_build.target.isa import host_supports
-from morello_build.target.x86 import get_target
 from morello_build.verify import VerifyResult, verify_kernel
 
 KS = (7, 4096, 16384)

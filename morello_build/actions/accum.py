@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
-from morello_build.imp.nodes import Block, Impl
+from morello_build.impl.nodes import Block, Impl
 from morello_build.ir.limits import ZERO as NO_MEMORY
 from morello_build.ir.spec import MATMUL, ZERO, LogicalSpec
 

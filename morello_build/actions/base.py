@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
-from morello_build.target.x86 import Target
+from morello_build.machine.target import Target
 
 if TYPE_CHECKING:
-    from morello_build.imp.nodes import Impl
+    from morello_build.impl.nodes import Impl
 
 
 class Plan(NamedTuple):

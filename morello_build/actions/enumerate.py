@@ -52,7 +52,7 @@ from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
 from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
-from morello_build.target.kernels import (
+from morello_build.machine.kernels import (
     AMX_K_STEP,
     AMX_PAIRS_DIMS,
     AMX_TILE,
@@ -61,7 +61,7 @@ from morello_build.target.kernels import (
     amx_pairs_layout,
     kernels_for,
 )
-from morello_build.target.x86 import Target
+from morello_build.machine.target import Target
 
 ActionPlans = tuple[tuple[Action, Plan], ...]
 

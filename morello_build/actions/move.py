@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
-from morello_build.imp.nodes import Alloc, Impl
+from morello_build.impl.nodes import Alloc, Impl
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT
 from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical
 from morello_build.ir.tensorspec import TensorSpec, level_holds, make_tensor
-from morello_build.target.x86 import Target
+from morello_build.machine.target import Target
 
 
 def move_const(src: TensorSpec, new: TensorSpec, target: Target) -> int:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
-from morello_build.imp.nodes import Impl, Kernel
+from morello_build.impl.nodes import Impl, Kernel
 from morello_build.ir.spec import LogicalSpec
-from morello_build.target.kernels import KERNELS_BY_NAME
-from morello_build.target.x86 import Target
+from morello_build.machine.kernels import KERNELS_BY_NAME
+from morello_build.machine.target import Target
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
-from morello_build.imp.nodes import Impl, Loop
+from morello_build.impl.nodes import Impl, Loop
 from morello_build.ir.limits import ZERO
 from morello_build.ir.spec import MATMUL, LogicalSpec, canonical, operand_shapes
 from morello_build.ir.tensorspec import tile_tensor
-from morello_build.target.x86 import Target
+from morello_build.machine.target import Target
 
 
 def shrink(spec: LogicalSpec, shape: tuple[int, ...], serial: bool) -> LogicalSpec | None:

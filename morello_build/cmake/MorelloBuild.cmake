@@ -258,7 +258,7 @@ function(_morello_library target fn source_args select_args isas tune module)
   # declaration stamps (resolved ISAs and tuning included: the build step reads them).
   set(_info "${_out}/morello_info.cmake")
   execute_process(
-    COMMAND ${_env} "${_py}" -m morello_build.build generate ${source_args} ${select_args}
+    COMMAND ${_env} "${_py}" -m morello_build.integration generate ${source_args} ${select_args}
             ${_target_args} --out-dir "${_out}" --cmake-info "${_info}" ${_module_args}
     WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}"
     RESULT_VARIABLE _rc ERROR_VARIABLE _err OUTPUT_VARIABLE _stdout
@@ -326,7 +326,7 @@ function(_morello_library target fn source_args select_args isas tune module)
   add_custom_command(
     OUTPUT ${_stamps}
     BYPRODUCTS ${_sources} ${_byproducts}
-    COMMAND ${_env} "${_py}" -m morello_build.build build --out-dir "${_out}" ${_kernel_args}
+    COMMAND ${_env} "${_py}" -m morello_build.integration build --out-dir "${_out}" ${_kernel_args}
             ${_run_args}
     DEPENDS ${_decls}
     WORKING_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}"

@@ -82,4 +82,4 @@ class GeneratedKernel:
     c_source: str  # includes its own header by name: '#include "<name>.h"'
     header: str
     spec_text: str  # the Spec it implements, in the text form of morello_build.ir
-    tune: str = "generic"  # the tuning its code was generated for (`target.x86.TUNINGS`)
+    tune: str = "generic"  # the tuning its code was generated for (`machine.target.TUNINGS`)

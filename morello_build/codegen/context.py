@@ -13,7 +13,7 @@ import re
 from morello_build.codegen.abi import C_TYPES
 from morello_build.codegen.views import AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
-from morello_build.target.isa import AMX_PERMISSION_ASM
+from morello_build.machine.isa import AMX_PERMISSION_ASM
 
 #: f32 lanes of the widest vector register per ISA (1: scalar target, no vector types).
 F32_LANES: dict[str, int] = {"x86-64": 1, "avx2": 8, "avx512": 16, "amx": 16}
@@ -109,7 +109,7 @@ class Ctx:
         #: `emit.index_type`). Every index expression contains a loop variable or is a
         #: literal, so widening the variables widens the arithmetic.
         self.index_type = index_type
-        #: Software prefetch in streaming matrix-vector loops (`target.x86.Tuning`).
+        #: Software prefetch in streaming matrix-vector loops (`machine.target.Tuning`).
         self.stream_prefetch = stream_prefetch
         self.lines: list[str] = []
         self.depth = 1

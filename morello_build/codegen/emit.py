@@ -49,12 +49,12 @@ from morello_build.codegen.views import (
     CodegenError,
     View,
 )
-from morello_build.imp.nodes import Alloc, Block, Hole, Impl, Kernel, Loop
+from morello_build.impl.nodes import Alloc, Block, Hole, Impl, Kernel, Loop
 from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
-from morello_build.target.x86 import TUNINGS, tune_note
+from morello_build.machine.target import TUNINGS, tune_note
 
 __all__ = ["CodegenError", "STACK_BYTES", "generate_c", "kernel_abi"]
 
@@ -417,7 +417,7 @@ def generate_c(
     impl: Impl, name: str, target_isa: str, *, tune: str = "generic", annotate: bool = False
 ) -> GeneratedKernel:
     """Emit C for `impl` as the exported function `name` targeting `target_isa`, with the
-    code choices of the tuning `tune` (`target.x86.TUNINGS`).
+    code choices of the tuning `tune` (`machine.target.TUNINGS`).
 
     Raises `CodegenError` for trees that cannot be emitted (holes, packed root operands,
     vector registers on the scalar target) and for an unknown tuning.

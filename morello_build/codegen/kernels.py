@@ -1,4 +1,4 @@
-"""C emitters for the microkernels of `morello_build.target.kernels`, keyed by kernel name.
+"""C emitters for the microkernels of `morello_build.machine.kernels`, keyed by kernel name.
 
 Each emitter gets the kernel's Spec and one view per operand. Vector kernels work vector
 by vector: a destination vector whose lanes line up with a whole source vector (or a
@@ -15,8 +15,8 @@ from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import MEM, VRF, CodegenError, Loc, View, coords
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.spec import LogicalSpec
-from morello_build.target.isa import isa_includes
-from morello_build.target.kernels import AMX_K_STEP, AMX_TILE, STREAM_ACCUMULATORS
+from morello_build.machine.isa import isa_includes
+from morello_build.machine.kernels import AMX_K_STEP, AMX_TILE, STREAM_ACCUMULATORS
 
 Emitter = Callable[[Ctx, LogicalSpec, tuple[View, ...]], None]
 

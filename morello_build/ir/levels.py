@@ -1,7 +1,7 @@
 """Memory levels of the x86 model: scalar registers, vector registers, L1, L2, main memory.
 
 The properties here are the same on every x86 target; per-target numbers (vector widths,
-hit costs, capacities) live in `morello_build.target`.
+hit costs, capacities) live in `morello_build.machine`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ LEVEL_COUNT = len(Level)
 
 #: Move destinations from each level (no GL -> register moves: registers load from L1).
 #: L2 holds views only: a tile reused from L2 costs L2 hits when it moves on into L1,
-#: instead of main-memory hits (see `morello_build.target.x86`).
+#: instead of main-memory hits (see `morello_build.machine.target`).
 MOVE_DESTINATIONS: dict[Level, tuple[Level, ...]] = {
     Level.GL: (Level.GL, Level.L2, Level.L1),
     Level.L2: (Level.L1,),

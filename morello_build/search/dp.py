@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from morello_build.actions.enumerate import actions_for
-from morello_build.imp.cost import Cost
-from morello_build.imp.nodes import Impl
+from morello_build.impl.cost import Cost
+from morello_build.impl.nodes import Impl
 from morello_build.ir.limits import (
     REGISTER_LEVELS,
     ZERO,
@@ -31,8 +31,8 @@ from morello_build.ir.limits import (
     subtract,
 )
 from morello_build.ir.spec import LogicalSpec, Spec, intern
-from morello_build.search.memo import DictMemo, Hit, Memo, Result, Solution
-from morello_build.target.x86 import Target
+from morello_build.machine.target import Target
+from morello_build.search.memo_protocol import DictMemo, Hit, Memo, Result, Solution
 
 Progress = Callable[[int, float], None]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from morello_build.build.config import KernelDecl, decl_operands
 from morello_build.codegen.abi import OperandABI
-from morello_build.target import isa as isa_mod
+from morello_build.integration.config import KernelDecl, decl_operands
+from morello_build.machine import isa as isa_mod
 
 _NP_DTYPE = {"f32": "float32", "bf16": "uint16"}
 _KIND = {"f32": "MORELLO_F32", "bf16": "MORELLO_BF16"}

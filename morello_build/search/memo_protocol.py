@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from morello_build.imp.cost import Cost
+from morello_build.impl.cost import Cost
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 
@@ -30,11 +30,17 @@ class Hit(NamedTuple):
 
 
 class Memo(Protocol):
+    #: Specs answered from a persistent cache rather than solved (0 for in-memory memos).
+    cache_hits: int
+
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
         """The stored answer whose box contains `limits`, or None (a miss)."""
 
     def put(self, spec: LogicalSpec, hi: Limits, result: Result) -> None:
         """Store `result`, valid on [result peaks (or 0 if unsat), hi]."""
+
+    def flush(self) -> None:
+        """Persist what this memo learned (a no-op for in-memory memos)."""
 
 
 Box = tuple[Limits, Limits, Hit]  # (lo, hi, the answer on [lo, hi])
@@ -77,6 +83,7 @@ class DictMemo:
     def __init__(self) -> None:
         self._boxes: dict[int, tuple[LogicalSpec, list[Box]]] = {}
         self.puts = 0
+        self.cache_hits = 0
 
     def get(self, spec: LogicalSpec, limits: Limits) -> Hit | None:
         entry = self._boxes.get(id(spec))
@@ -88,6 +95,9 @@ class DictMemo:
         lo = ZERO if result is None else result.cost.peaks
         self.add_box(spec, lo, hi, result)
         self.puts += 1
+
+    def flush(self) -> None:
+        """Nothing to persist: the table lives only as long as this object."""
 
     def add_box(self, spec: LogicalSpec, lo: Limits, hi: Limits, result: Result) -> None:
         """Record that `result` is the answer for every limits vector in [lo, hi]."""

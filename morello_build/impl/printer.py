@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from morello_build.imp.nodes import Alloc, Impl, Kernel, Loop, kind_name
+from morello_build.impl.nodes import Alloc, Impl, Kernel, Loop, kind_name
 from morello_build.ir.levels import Level
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from morello_build.imp.cost import Cost
+from morello_build.impl.cost import Cost
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
 

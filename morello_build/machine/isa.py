@@ -118,7 +118,7 @@ def tune_from_cpuinfo(text: str) -> str:
     """The `Target.tune` for the CPU a /proc/cpuinfo text describes: for an AMD CPU with
     AVX-512 BF16, `zen4` in family 19h (Zen 4) and `zen5` in family 1Ah and later (Zen 5);
     `zen3` for an AMD family 19h CPU without it (Zen 3); else `generic` (older AMD cores
-    unmeasured). See `target.x86` for what each changes."""
+    unmeasured). See `machine.target` for what each changes."""
     vendor, family, flags = "", "", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")

@@ -1,6 +1,6 @@
 """Produce kernels the way build tools do: several at once, and never silently.
 
-Both `morello generate` and the CMake build step (`python -m morello_build.build build`)
+Both `morello generate` and the CMake build step (`python -m morello_build.integration build`)
 run their kernels here. What the build log shows:
 
     morello: kernel mm256 (avx2, tune zen3)                        when a kernel starts
@@ -16,8 +16,6 @@ back until the step ends). With `jobs > 1` the kernels run in forked worker proc
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import queue
 import sys
@@ -27,22 +25,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from morello_build.build.generate import (
+from morello_build.errors import MorelloError, first_line
+from morello_build.integration.generate import (
     GenerateError,
     KernelOutput,
     KernelRequest,
-    _fmt_seconds,
-    _parse,
     build_stamp,
     decl_stamp,
+    fmt_seconds,
     header_files,
     produce,
-    request_from_doc,
-    run_reporting_errors,
     source_files,
-    write_outputs,
 )
-from morello_build.errors import MorelloError, first_line
 
 #: Seconds between two progress lines of one synthesis (the search reports every 2 s).
 PROGRESS_EVERY = 5.0
@@ -86,7 +80,7 @@ class Reporter:
         hits = sum(o.cache_hit for o in outputs)
         n = len(outputs)
         self._print(
-            f"morello: {n} kernel{'s' if n != 1 else ''} in {_fmt_seconds(seconds)}: "
+            f"morello: {n} kernel{'s' if n != 1 else ''} in {fmt_seconds(seconds)}: "
             f"{n - hits} synthesized, {hits} from the cache",
             self._log,
         )
@@ -258,7 +252,7 @@ def _check_dead(running: dict[str, Any], dead_since: dict[str, float]) -> tuple[
 # The CMake build step
 
 
-def _stale(out_dir: Path, req: KernelRequest, depends: Sequence[str]) -> bool:
+def is_stale(out_dir: Path, req: KernelRequest, depends: Sequence[str]) -> bool:
     """Whether kernel `req` must be produced: its stamp is missing or older than its
     declaration stamp or a hand schedule it uses, or one of its outputs is missing."""
     try:
@@ -274,66 +268,3 @@ def _stale(out_dir: Path, req: KernelRequest, depends: Sequence[str]) -> bool:
     outputs = [f.name for f in source_files(req.name, req.isas)]
     outputs += [*header_files(req.name, req.isas), f"{req.name}.json"]
     return not all((out_dir / f).is_file() for f in outputs)
-
-
-def _build_parser(prog: str) -> argparse.ArgumentParser:
-    from morello_build.build.generate import _add_run_args, _Parser
-
-    p = _Parser(
-        prog=prog,
-        description="CMake's build step: produce the configured kernels of one output "
-        "directory whose declarations changed since they were last built.",
-    )
-    p.add_argument("--out-dir", required=True, help="the output directory configure wrote")
-    p.add_argument("--kernel", action="append", required=True, help="a configured kernel")
-    _add_run_args(p)
-    return p
-
-
-def build_main(argv: Sequence[str] | None = None, *, prog: str = "morello build") -> int:
-    """Produce the kernels configure recorded in `--out-dir` that are out of date."""
-    args = _parse(_build_parser(prog), argv, prog)
-    if isinstance(args, int):
-        return args
-    out_dir = Path(args.out_dir)
-
-    def body() -> int:
-        configured = []
-        for name in dict.fromkeys(args.kernel):
-            path = decl_stamp(out_dir, name)
-            try:
-                doc = json.loads(path.read_text())
-                configured.append(request_from_doc(doc))
-            except FileNotFoundError:
-                raise GenerateError(f"{path}: missing; re-run the CMake configure step") from None
-            except (ValueError, KeyError, TypeError) as exc:
-                raise GenerateError(
-                    f"{path}: unreadable ({type(exc).__name__}: {exc}); "
-                    "re-run the CMake configure step"
-                ) from None
-        # Hand schedules are imported with their declaration's folder on the path (only
-        # while importing them: `produce`, user_code.schedule_import_path).
-        stale = [(r, v) for r, v, deps in configured if _stale(out_dir, r, deps)]
-
-        def write(out: KernelOutput) -> None:
-            write_outputs(out_dir, [out], full=False)
-            build_stamp(out_dir, out.name).parent.mkdir(parents=True, exist_ok=True)
-            build_stamp(out_dir, out.name).touch()
-
-        run_kernels(
-            [r for r, _ in stale],
-            verify=args.verify if args.verify is not None else {r.name: v for r, v in stale},
-            use_cache=not args.no_cache,
-            compiler=args.cc,
-            jobs=args.jobs,
-            on_output=write,
-        )
-        # Every stamp newer than every declaration: make (one rule, several outputs) and
-        # Ninja both see the step as done.
-        for r, _, _ in configured:
-            stamp = build_stamp(out_dir, r.name)
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.touch()
-        return 0
-
-    return run_reporting_errors(prog, out_dir, body)

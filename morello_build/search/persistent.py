@@ -19,17 +19,25 @@ from typing import Any
 from morello_build.actions.base import action_fingerprint
 from morello_build.actions.enumerate import actions_for
 from morello_build.errors import SpecError
-from morello_build.imp.cost import Cost
+from morello_build.impl.cost import Cost
 from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
-from morello_build.memo.coords import limit_from_coord, locate, memory_coords, spec_at
-from morello_build.memo.schema import schema_stamp
+from morello_build.machine.target import TUNES, Target, get_target
 from morello_build.memo.store import CacheStore, PageFormatError, cache_root, scan_pages
 from morello_build.memo.value import UNSAT, MemoValue, Unsat
+from morello_build.search.coords import limit_from_coord, locate, memory_coords, spec_at
 from morello_build.search.dp import gc_paused
-from morello_build.search.memo import Box, DictMemo, Hit, Result, Solution, find_box
-from morello_build.target.x86 import TUNES, Target, get_target
+from morello_build.search.memo_protocol import (
+    Box,
+    DictMemo,
+    Hit,
+    Memo,
+    Result,
+    Solution,
+    find_box,
+)
+from morello_build.search.schema import schema_stamp
 
 #: Points of one box checked by `verify_replays` (a box may span thousands of shapes; its
 #: first points and its far corner are checked).
@@ -200,15 +208,23 @@ class PersistentMemo(DictMemo):
         for key, fills in by_key.items():
             self.store.put_many(key, fills)
 
-    def flush(self) -> int:
+    def flush(self) -> None:
         # Merging builds as many short-lived tuples as the search did (see `gc_paused`).
         with gc_paused():
             self.sync()
-            return self.store.flush()
+            self.store.flush()
 
     @property
     def enabled(self) -> bool:
         return self.store.enabled
+
+
+def make_memo(target: Target, use_cache: bool) -> Memo:
+    """The memo for a search on `target`: read through to the user's cache, or in memory
+    only (`use_cache=False`, e.g. `--no-cache`)."""
+    if not use_cache:
+        return DictMemo()
+    return PersistentMemo(target)
 
 
 def verify_replays(root: Path | None = None) -> list[tuple[Path, bool, str]]:

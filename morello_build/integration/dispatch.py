@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from morello_build.codegen.abi import KernelABI, header_guard
-from morello_build.target import isa as isa_mod
+from morello_build.machine import isa as isa_mod
 
 
 def variant_name(name: str, isa: str) -> str:

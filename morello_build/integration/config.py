@@ -23,8 +23,8 @@ from morello_build.ir.sizes import (
     matmul_size_problem,
     with_doc,
 )
+from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.names import kernel_name_problem, show_name
-from morello_build.target.x86 import TUNES as TARGET_TUNES
 from morello_build.user_code import SCHEDULE_REF
 
 if sys.version_info >= (3, 11):
@@ -34,7 +34,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 #: ISA names a declaration may use; "native" is resolved on the building machine.
 TARGETS: tuple[str, ...] = ("native", "amx", "avx512", "avx2", "x86-64")
-#: Cost-model tunings a declaration may ask for (`target.x86.TUNES`, plus "native": the
+#: Cost-model tunings a declaration may ask for (`machine.target.TUNES`, plus "native": the
 #: building machine's). Unset: "native" for `target = "native"`, else "generic".
 TUNES: tuple[str, ...] = ("native", *TARGET_TUNES)
 #: Element types of a matmul's inputs; the output is always f32.
@@ -89,7 +89,7 @@ class KernelDecl:
 
     def resolved_tune(self, targets: tuple[str, ...] | None = None) -> str:
         """The tuning to synthesize with for these targets (default: the declared ones)."""
-        from morello_build.target.x86 import resolve_tune
+        from morello_build.machine.target import resolve_tune
 
         # "native" is never combined with other targets, so the first one decides.
         return resolve_tune(self.tune, (targets or self.targets)[0])
@@ -130,7 +130,7 @@ class MorelloConfig:
 
 def resolve_targets(targets: tuple[str, ...]) -> tuple[str, ...]:
     """Replace "native" with the best ISA of this machine (the synthesizer never sees it)."""
-    from morello_build.target import isa
+    from morello_build.machine import isa
 
     out: list[str] = []
     for t in targets:

@@ -1,4 +1,4 @@
-"""`python -m morello_build.build generate ...` / `build ...` / `--cmake-dir`.
+"""`python -m morello_build.integration generate ...` / `build ...` / `--cmake-dir`.
 
 `build` is CMake's build step (see `runner.build_main`); `generate` is `morello generate`.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from morello_build.build.generate import cmake_dir_main, generate_main
+from morello_build.integration.commands import build_main, cmake_dir_main, generate_main
 from morello_build.search.dp import freeze_for_exit
 
 
@@ -19,13 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--cmake-dir"]:
         return cmake_dir_main(args[1:])
     if args[:1] == ["generate"]:
-        return generate_main(args[1:], prog="morello_build.build generate")
+        return generate_main(args[1:], prog="morello_build.integration generate")
     if args[:1] == ["build"]:
-        from morello_build.build.runner import build_main
-
-        return build_main(args[1:], prog="morello_build.build build")
+        return build_main(args[1:], prog="morello_build.integration build")
     print(
-        "usage: python -m morello_build.build {generate ...|build ...|--cmake-dir}",
+        "usage: python -m morello_build.integration {generate ...|build ...|--cmake-dir}",
         file=sys.stderr,
     )
     return 2

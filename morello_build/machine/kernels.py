@@ -17,8 +17,8 @@ from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
-from morello_build.target.isa import isa_includes
-from morello_build.target.x86 import Target
+from morello_build.machine.isa import isa_includes
+from morello_build.machine.target import Target
 
 F32, BF16 = Dtype.F32, Dtype.BF16
 

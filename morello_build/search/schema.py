@@ -20,7 +20,7 @@ from pathlib import Path
 SCHEMA_VERSION = 2
 
 #: The modules whose imports, followed transitively, reach everything a replay depends on.
-SCHEMA_ROOTS = ("morello_build.memo.persistent", "morello_build.actions.enumerate")
+SCHEMA_ROOTS = ("morello_build.search.persistent", "morello_build.actions.enumerate")
 
 PACKAGE = "morello_build"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent

@@ -62,7 +62,7 @@ def expand_spec(text: str) -> SpecArg:
     except ValueError as exc:
         raise SpecError(f"malformed matmul shorthand {text!r}: {exc}") from None
     args = _parser().parse_args(words[1:])
-    from morello_build.build.config import MAX_THREADS
+    from morello_build.integration.config import MAX_THREADS
 
     if not 1 <= args.threads <= MAX_THREADS:  # as the command line and declarations
         raise SpecError(

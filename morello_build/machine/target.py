@@ -65,7 +65,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
-from morello_build.target.isa import ISAS, native_isa, native_tune
+from morello_build.machine.isa import ISAS, native_isa, native_tune
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from .persistent import verify_replays
-from .schema import schema_stamp
-from .store import (
+from morello_build.memo.store import (
     TableInfo,
     cache_root,
     clear,
@@ -22,6 +20,8 @@ from .store import (
     root_problem,
     stray_temp_files,
 )
+from morello_build.search.persistent import verify_replays
+from morello_build.search.schema import schema_stamp
 
 __all__ = ["ACTIONS", "format_info", "format_table", "format_verify", "run_cache_command"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from morello_build.build.config import ConfigError, KernelDecl, MorelloConfig, load_config
-from morello_build.build.generate import cmake_dir, cmake_dir_main, generate_main
+from morello_build.integration.commands import cmake_dir, cmake_dir_main, generate_main
+from morello_build.integration.config import ConfigError, KernelDecl, MorelloConfig, load_config
 
 __all__ = [
     "ConfigError",

@@ -1,6 +1,6 @@
 """The build step: declarations in, C sources + headers + manifest out.
 
-CMake runs this (through ``python -m morello_build.build``) for every kernel at build time,
+CMake runs this (through ``python -m morello_build.integration``) for every kernel at build time,
 and once per configure to learn the outputs. Two rules keep builds fast and safe:
 every file is written only when its content changed (so Ninja's restat skips recompiles), and
 nothing is written until every requested kernel was synthesized and verified.
@@ -8,11 +8,9 @@ nothing is written until every requested kernel was synthesized and verified.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -21,22 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import morello_build
-from morello_build.build import dispatch
-from morello_build.build.config import (
-    ConfigError,
-    KernelDecl,
-    MorelloConfig,
-    decl_operands,
-    isa_ident,
-    load_config,
-    resolve_targets,
-)
 from morello_build.codegen.abi import GeneratedKernel, KernelABI
 from morello_build.errors import MorelloError, first_line
-from morello_build.memo.store import one_line_warnings
-from morello_build.names import check_kernel_name
-from morello_build.target import isa as isa_mod
-from morello_build.target.x86 import resolve_tune
+from morello_build.integration import dispatch
+from morello_build.integration.config import (
+    KernelDecl,
+    decl_operands,
+    isa_ident,
+)
+from morello_build.machine import isa as isa_mod
 
 COMBINED_HEADER = "morello_kernels.h"
 MANIFEST = "manifest.json"
@@ -56,7 +47,7 @@ class KernelRequest:
     spec: str | None = None  # used when decl is None
     schedule: str | None = None
     where: str = ""  # prefix naming the file and kernel in error messages
-    tune: str = "generic"  # resolved (no "native"): `target.x86.TUNES`
+    tune: str = "generic"  # resolved (no "native"): `machine.target.TUNES`
     threads: int = 1  # used when decl is None (the declaration's otherwise)
     sys_path: str | None = None  # directory hand schedules are imported from
 
@@ -144,7 +135,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def _fmt_seconds(s: float) -> str:
+def fmt_seconds(s: float) -> str:
     return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 
 
@@ -345,9 +336,9 @@ def _produce(
         ],
     }
     if all_hit:
-        head = f"{req.name}: cache hit, {_fmt_seconds(total_seconds)}"
+        head = f"{req.name}: cache hit, {fmt_seconds(total_seconds)}"
     else:
-        head = f"{req.name}: synthesized {total_solved} specs in {_fmt_seconds(total_seconds)}"
+        head = f"{req.name}: synthesized {total_solved} specs in {fmt_seconds(total_seconds)}"
     tuned = "" if req.tune == "generic" else f", tune {req.tune}"
     tail = f" ({', '.join(parts)}{tuned})" if multi else f" ({req.isas[0]}{tuned})"
     ver = _verify_summary(verified)
@@ -490,7 +481,7 @@ def cmake_info(
         ]
     write_if_changed(out_dir / COMBINED_HEADER, combined_header([r.name for r in reqs]))
     if module is not None:
-        from morello_build.build.pymodule import ModuleKernel, module_source
+        from morello_build.integration.pymodule import ModuleKernel, module_source
 
         mks = []
         for r in reqs:
@@ -521,7 +512,7 @@ def check_request(req: KernelRequest) -> None:
     from morello_build.ir.levels import Level
     from morello_build.ir.spec import MATMUL
     from morello_build.ir.text import parse_spec
-    from morello_build.target.x86 import get_target
+    from morello_build.machine.target import get_target
 
     try:
         ls = parse_spec(req.spec_text())
@@ -624,281 +615,3 @@ def _decl_json(d: KernelDecl) -> dict[str, Any]:
         "accumulate": d.accumulate,
         "threads": d.threads,
     }
-
-
-# ---------------------------------------------------------------------------------------
-# Command line
-
-
-def _parse_isa_list(text: str) -> tuple[str, ...]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    allowed = ("native", *isa_mod.ISAS)
-    if not items or any(t not in allowed for t in items) or len(set(items)) != len(items):
-        raise ConfigError(
-            f"--target: expected one of {', '.join(allowed)} or a comma-separated list of them, "
-            f"got {text!r}"
-        )
-    if "native" in items and len(items) > 1:
-        raise ConfigError(f"--target: 'native' cannot be combined with other ISAs, got {text!r}")
-    return tuple(items)
-
-
-def _parse_tune(text: str | None) -> str | None:
-    from morello_build.build.config import TUNES
-
-    if text is not None and text not in TUNES:
-        raise ConfigError(f"--tune: expected one of {', '.join(TUNES)}, got {text!r}")
-    return text
-
-
-def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloConfig | None]:
-    override = _parse_isa_list(args.target) if args.target else None
-    tune_override = _parse_tune(args.tune)
-    if args.spec is not None:
-        if args.config is not None:
-            raise ConfigError("give either --config or --spec, not both")
-        if not args.name:
-            raise ConfigError("--spec needs --name (the C function name)")
-        name = check_kernel_name(args.name, "--name")
-        where = args.where or f"--spec ({name})"
-        from morello_build.build.shorthand import expand_spec
-
-        try:
-            spec = expand_spec(args.spec)
-        except MorelloError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        isas_declared = override or ("native",)
-        isas = resolve_targets(isas_declared)
-        req = KernelRequest(
-            name=name,
-            isas=isas,
-            spec=spec.text,
-            schedule=args.schedule,
-            where=where,
-            tune=resolve_tune(tune_override, isas_declared[0]),
-            threads=spec.threads,
-            sys_path=str(Path.cwd()) if args.schedule else None,
-        )
-        return [req], None
-    if args.config is None:
-        raise ConfigError("missing --config FILE (a pyproject.toml or morello.toml)")
-    if not args.config:
-        raise ConfigError("--config: empty path")
-    cfg = load_config(args.config)
-    table = "tool.morello.kernel" if cfg.path.name == "pyproject.toml" else "kernel"
-    decls = list(cfg.kernels)
-    if args.kernel:
-        unknown = [k for k in args.kernel if k not in {d.name for d in decls}]
-        if unknown:
-            known = ", ".join(d.name for d in decls)
-            raise ConfigError(
-                f"{args.config}: --kernel {unknown[0]}: no such kernel (declared: {known})"
-            )
-        decls = [d for d in decls if d.name in args.kernel]
-    reqs = [
-        KernelRequest(
-            name=d.name,
-            isas=resolve_targets(override or d.targets),
-            decl=d,
-            schedule=d.schedule,
-            where=f'{args.config}: [{table}] "{d.name}"',
-            tune=(
-                resolve_tune(tune_override, (override or d.targets)[0])
-                if tune_override
-                else d.resolved_tune(override)
-            ),
-            sys_path=str(cfg.path.resolve().parent),
-        )
-        for d in decls
-    ]
-    return reqs, cfg
-
-
-class _ArgError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so every error stays one line."""
-
-    def error(self, message: str) -> Any:
-        raise _ArgError(message)
-
-
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    """Options shared by `generate` and the CMake build step."""
-    v = p.add_mutually_exclusive_group()
-    v.add_argument(
-        "--verify",
-        dest="verify",
-        action="store_true",
-        default=None,
-        help="check each kernel against numpy when this machine can run it",
-    )
-    v.add_argument("--no-verify", dest="verify", action="store_false")
-    p.add_argument(
-        "--no-cache", action="store_true", help="do not read or write the synthesis cache"
-    )
-    p.add_argument(
-        "--cc",
-        metavar="COMPILER",
-        help="C compiler that builds the verification (CMake passes CMAKE_C_COMPILER) "
-        "[default: $CC, else gcc]",
-    )
-    p.add_argument(
-        "--jobs",
-        "-j",
-        type=int,
-        default=1,
-        help="kernels to synthesize at once, one process each [default: 1]",
-    )
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    p = _Parser(
-        prog=prog,
-        description="Synthesize declared kernels into C sources, headers and a manifest.",
-    )
-    p.add_argument("--config", help="pyproject.toml ([tool.morello]) or morello.toml")
-    p.add_argument("--out-dir", required=True, help="directory for the generated files")
-    p.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
-    p.add_argument(
-        "--target",
-        help="ISA override for every kernel: native, amx, avx512, avx2, x86-64 or a comma list",
-    )
-    p.add_argument(
-        "--tune",
-        help="tuning override for every kernel: native, generic, zen3, zen4, zen5 "
-        "[default: each declaration's]",
-    )
-    _add_run_args(p)
-    p.add_argument(
-        "--spec",
-        help="synthesize this Spec instead of a config's kernels: the text form or the "
-        "shorthand 'matmul MxKxN [--dtype bf16] [--layout-b col] [--accumulate]'",
-    )
-    p.add_argument("--name", help="C function name for --spec")
-    p.add_argument("--schedule", help="module:function hand schedule for --spec")
-    p.add_argument("--where", help=argparse.SUPPRESS)  # names a --spec kernel in errors
-    p.add_argument(
-        "--cmake-info",
-        metavar="FILE",
-        help="configure-time mode: write a CMake script describing the outputs; synthesize nothing",
-    )
-    p.add_argument(
-        "--python-module",
-        metavar="NAME",
-        help="with --cmake-info: also generate the C source of Python extension NAME",
-    )
-    return p
-
-
-def _parse(
-    parser: argparse.ArgumentParser, argv: Sequence[str] | None, prog: str
-) -> argparse.Namespace | int:
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-    except _ArgError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else 0
-    if args.jobs < 1:
-        print(f"{prog}: error: --jobs must be at least 1", file=sys.stderr)
-        return 2
-    return args
-
-
-def run_reporting_errors(prog: str, out_dir: Path, body: Callable[[], int]) -> int:
-    """Run a build command's `body` with cache warnings on one line each; a user error (a
-    `MorelloError`, or an `OSError` on an output) is printed as one line, plus the user's
-    own traceback if it came from their schedule, and gives exit code 2."""
-    with one_line_warnings(prog):
-        try:
-            return body()
-        except MorelloError as exc:
-            print(f"error: {first_line(exc)}", file=sys.stderr, flush=True)
-            if exc.detail:
-                print(exc.detail, file=sys.stderr, flush=True)
-            return 2
-        except OSError as exc:
-            print(f"error: {exc.filename or out_dir}: {exc.strerror}", file=sys.stderr, flush=True)
-            return 2
-
-
-def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello generate") -> int:
-    """`generate` command: returns the exit code (0 ok, 2 user error); never a traceback.
-
-    Progress goes to stderr (a line when a kernel starts, Specs solved every few seconds of
-    a long synthesis, a closing summary), each kernel's one-line result to stdout.
-    """
-    from morello_build.build import runner
-
-    args = _parse(_parser(prog), argv, prog)
-    if isinstance(args, int):
-        return args
-    out_dir = Path(args.out_dir)
-
-    def body() -> int:
-        # Hand schedules may live next to the declarations: that directory is searched only
-        # while a schedule's module is imported (user_code.schedule_import_path).
-        reqs, cfg = _requests(args)
-        _check_out_dir(args.out_dir, "--out-dir")  # before synthesis: fail fast, write nothing
-        if args.cmake_info is not None:
-            _check_out_dir(args.cmake_info, "--cmake-info", parent=True)
-        if args.cmake_info:
-            if args.python_module is not None and not args.python_module.isidentifier():
-                raise ConfigError(
-                    f"--python-module: expected a Python identifier, got {args.python_module!r}"
-                )
-            text = cmake_info(reqs, out_dir, args.python_module, verify=cfg.verify if cfg else True)
-            write_if_changed(Path(args.cmake_info), text)
-            return 0
-        for r in reqs:
-            check_request(r)
-        verify = args.verify if args.verify is not None else (cfg.verify if cfg else True)
-        outputs = runner.run_kernels(
-            reqs,
-            verify=verify,
-            use_cache=not args.no_cache,
-            compiler=args.cc,
-            jobs=args.jobs,
-        )
-        write_outputs(out_dir, outputs, full=not args.kernel and args.spec is None)
-        return 0
-
-    return run_reporting_errors(prog, out_dir, body)
-
-
-def _check_out_dir(text: str, option: str, *, parent: bool = False) -> None:
-    """`text` (with `parent`: its directory; `text` itself must not be one) is a directory
-    that exists or can be created: its first existing ancestor is a writable directory.
-    Else a `ConfigError` naming `option`."""
-    if not text:
-        raise ConfigError(f"{option}: empty path")
-    path = Path(text)
-    if parent:
-        if path.is_dir():
-            raise ConfigError(f"{option} {text}: is a directory, expected a file name")
-        path = path.parent
-    p = path
-    while not p.exists():
-        if p.parent == p:
-            break
-        p = p.parent
-    if not p.is_dir():
-        raise ConfigError(f"{option} {text}: {p} is not a directory")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {text}: cannot write in {p} (permission denied)")
-
-
-def cmake_dir() -> Path:
-    """Directory holding MorelloBuildConfig.cmake (for -DMorelloBuild_DIR=...)."""
-    return Path(morello_build.__file__).resolve().parent / "cmake"
-
-
-def cmake_dir_main(argv: Sequence[str] | None = None) -> int:
-    """`--cmake-dir`: print the CMake package directory."""
-    del argv
-    print(cmake_dir())
-    return 0
