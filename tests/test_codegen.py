@@ -13,7 +13,6 @@ from shared_search import synthesize_impl
 
 from morello_build.actions.tile import shrink
 from morello_build.ccompile import CompileError
-from morello_build.codegen.context import VECTOR_REGISTERS
 from morello_build.codegen.emit import K_UNROLL, CodegenError, generate_c, kernel_abi
 from morello_build.codegen.views import (
     MEM,
@@ -32,7 +31,7 @@ from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, MOVE, LogicalSpec, canonical
 from morello_build.ir.tensorspec import make_tensor
 from morello_build.ir.text import parse_spec
-from morello_build.machine.isa import host_supports
+from morello_build.machine.isa import ISA, host_supports
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
 from morello_build.verify import IsaUnavailable, VerifyResult, verify_kernel
@@ -346,7 +345,7 @@ def test_register_tile_reduction_loops_are_unrolled_by_four_and_still_correct(
     trips = {i: int(m.group(1)) for i, x in enumerate(lines) if (m := loop.fullmatch(x))}
     pragmas = {i + 1 for i, x in enumerate(lines) if x.strip() == f"#pragma GCC unroll {K_UNROLL}"}
     k_loops = [i for i, n in trips.items() if n == k]
-    if VECTOR_REGISTERS[isa] < 32:
+    if ISA[isa].vector_registers < 32:
         assert set(k_loops) <= pragmas, "\n".join(lines)
         assert k_loops or k < K_UNROLL, "\n".join(lines)
     elif k % K_UNROLL:

@@ -13,12 +13,7 @@ import re
 from morello_build.codegen.abi import C_TYPES
 from morello_build.codegen.views import AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
-from morello_build.machine.isa import AMX_PERMISSION_ASM
-
-#: f32 lanes of the widest vector register per ISA (1: scalar target, no vector types).
-F32_LANES: dict[str, int] = {"x86-64": 1, "avx2": 8, "avx512": 16, "amx": 16}
-#: Architectural vector registers (xmm/ymm/zmm) per ISA.
-VECTOR_REGISTERS: dict[str, int] = {"x86-64": 16, "avx2": 16, "avx512": 32, "amx": 32}
+from morello_build.machine.isa import AMX_PERMISSION_ASM, ISA
 
 #: Short dtype tags for vector typedef names (``vf32x16``, ``vu16x16``, ``vu32x16``).
 _TAGS: dict[Dtype, str] = {
@@ -98,9 +93,10 @@ class Ctx:
         params: tuple[tuple[str, str], ...] = (),
         index_type: str = "int",
     ) -> None:
-        if isa not in F32_LANES:
-            raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(F32_LANES)}")
+        if isa not in ISA:
+            raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(ISA)}")
         self.isa = isa
+        self.isa_record = ISA[isa]
         #: The exported function's name; outlined parallel-loop bodies are named after it.
         self.fn_name = fn_name
         self.annotate = annotate
@@ -257,7 +253,12 @@ class Ctx:
 
     @property
     def f32_lanes(self) -> int:
-        return F32_LANES[self.isa]
+        return self.isa_record.f32_lanes
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers (xmm, ymm or zmm) of the target."""
+        return self.isa_record.vector_registers
 
     def vtype(self, dtype: Dtype, lanes: int) -> str:
         """Name of the vector-extension type with `lanes` values of `dtype` (declares it)."""

@@ -35,7 +35,6 @@ from morello_build.codegen.abi import (
 from morello_build.codegen.context import (
     HELPERS,
     INT_INDEX_MAX,
-    VECTOR_REGISTERS,
     WIDE_INDEX,
     Ctx,
 )
@@ -221,7 +220,7 @@ class _Emitter:
             and not nests_loops
             and self._reduces_in_registers(node, views)
         ):
-            if VECTOR_REGISTERS[ctx.isa] < 32:
+            if ctx.vector_registers < 32:
                 pragma = "    " * (ctx.depth - 1) + f"#pragma GCC unroll {K_UNROLL}"
                 ctx.lines.insert(innermost, pragma)
             elif steps[real[-1]] % K_UNROLL == 0:  # emit it again with the copies written out

@@ -1,53 +1,95 @@
-"""Instruction-set levels: compiler flags and host detection.
+"""Instruction-set levels: one `Isa` record per level holds every fact about it.
 
-Flags are data so that the CMake integration, verification and benchmarks compile
-generated code the same way.
+Compiler flags, host detection, runtime dispatch, register counts, the machine model's
+constants and the benchmark's FMA probe shape all derive from these records, so adding a
+level (or changing one) is one edit here. `machine.target.get_target` builds the search's
+`Target` from a record; code generation and the harness read the same record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
-#: ISA names users may write, best first. Each includes everything after it except
-#: x86-64 <- avx2 <- avx512 <- amx (AMX = AVX-512 plus the tile unit).
-ISAS: tuple[str, ...] = ("amx", "avx512", "avx2", "x86-64")
+#: Lines of main memory in the machine model: large enough never to bind.
+GL_LINES = 1 << 25
 
-#: gcc/clang flags that enable each ISA (on top of -O3 etc.).
-ISA_FLAGS: dict[str, tuple[str, ...]] = {
-    "x86-64": (),
-    "avx2": ("-mavx2", "-mfma"),
-    "avx512": (
-        "-mavx2",
-        "-mfma",
-        "-mavx512f",
-        "-mavx512bw",
-        "-mavx512vl",
-        "-mavx512dq",
-        "-mavx512bf16",
-    ),
-}
-ISA_FLAGS["amx"] = ISA_FLAGS["avx512"] + ("-mamx-tile", "-mamx-bf16")
 
-#: /proc/cpuinfo flags each ISA needs.
-_CPU_FLAGS: dict[str, tuple[str, ...]] = {
-    "x86-64": (),
-    "avx2": ("avx2", "fma"),
-    "avx512": ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"),
-}
-_CPU_FLAGS["amx"] = _CPU_FLAGS["avx512"] + ("amx_tile", "amx_bf16")
+@dataclass(frozen=True, kw_only=True)
+class Isa:
+    """One instruction-set level: what code for it may use, how to compile it, how to detect
+    it, and the constants of its machine model (see docs/internals.md, "Machine model")."""
 
-#: `__builtin_cpu_supports` names, for runtime dispatch in generated C. For amx these are
-#: only its AVX-512 part: gcc 12 knows "amx-tile"/"amx-bf16" there but clang 14 rejects
-#: them, so the tile unit is checked by `RUNTIME_HELPERS` (see `runtime_condition`).
-CPU_SUPPORTS: dict[str, tuple[str, ...]] = {
-    "x86-64": (),
-    "avx2": ("avx2", "fma"),
-    "avx512": ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512bf16"),
-}
-CPU_SUPPORTS["amx"] = CPU_SUPPORTS["avx512"]
+    name: str
+    #: The level whose code this one may also run (amx -> avx512 -> avx2 -> x86-64).
+    extends: str | None
+    #: gcc/clang flags that enable the level (on top of -O3 etc.), the base level's first.
+    compile_flags: tuple[str, ...]
+    #: /proc/cpuinfo flags the host needs to execute the level's code.
+    cpu_flags: tuple[str, ...]
+    #: `__builtin_cpu_supports` names that runtime dispatch in generated C checks.
+    cpu_supports: tuple[str, ...]
+    #: (function name, C definition) of a check `__builtin_cpu_supports` cannot express.
+    runtime_helper: tuple[str, str] | None = None
+    #: Legal vector register widths in bytes, smallest first (none on the scalar level).
+    vector_bytes: tuple[int, ...]
+    #: Architectural vector registers (xmm, ymm or zmm).
+    vector_registers: int
+    # ---- the machine model of the search (`Target`) ----
+    #: Scalar registers and vector registers the search may allocate (RF, VRF limits).
+    rf_registers: int = 16
+    vrf_registers: int
+    #: Cache lines of the L1 and L2 levels (0: the model has no such level).
+    l1_lines: int = 1024
+    l2_lines: int
+    #: Cost of touching one 64-byte line at each level: RF, VRF, L1, L2, GL.
+    hit_cost: tuple[int, int, int, int, int]
+    #: Cost of starting a parallel loop and of each of its iterations.
+    par_setup: int
+    par_per_iter: int
+    #: Register-tile heights offered to Matmul tilings besides the powers of two: a height
+    #: that fills the register file with two vectors per row (docs/internals.md).
+    register_rows: tuple[int, ...] = ()
+    #: (accumulators, f32 lanes) of the benchmark's peak-FMA loop; None: no vector FMA.
+    fma_probe: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        def bad(why: str) -> ValueError:
+            return ValueError(f"Isa {self.name!r}: {why}")
+
+        if not self.name or self.extends == self.name:
+            raise bad("needs a name distinct from the level it extends")
+        vb = self.vector_bytes
+        if list(vb) != sorted(set(vb)) or any(b < 16 or b & (b - 1) for b in vb):
+            raise bad(f"vector_bytes must be ascending powers of two >= 16, got {vb}")
+        if self.vrf_registers > self.vector_registers or (self.vrf_registers > 0) != bool(vb):
+            raise bad("vrf_registers must be in (0, vector_registers] exactly when it has vectors")
+        if len(self.hit_cost) != 5 or any(c < 0 for c in self.hit_cost):
+            raise bad(f"hit_cost needs 5 non-negative costs, got {self.hit_cost}")
+        if any(r <= 0 or r > self.vrf_registers for r in self.register_rows):
+            raise bad(f"register_rows must fit the register file, got {self.register_rows}")
+        if self.fma_probe is not None:
+            acc, lanes = self.fma_probe
+            if lanes != self.f32_lanes or not 0 < acc <= self.vector_registers - 2:
+                raise bad(f"fma_probe {self.fma_probe} must use f32 lanes and leave 2 registers")
+        if self.runtime_helper is not None and self.runtime_helper[0] not in self.runtime_helper[1]:
+            raise bad("runtime_helper's C must define the function it names")
+
+    @property
+    def f32_lanes(self) -> int:
+        """f32 values in the widest vector register (1 on the scalar level)."""
+        return max(self.vector_bytes, default=4) // 4
+
+    @property
+    def max_limits(self) -> tuple[int, int, int, int, int]:
+        """The memory limits of a whole kernel: RF, VRF registers; L1, L2, GL lines."""
+        return (self.rf_registers, self.vrf_registers, self.l1_lines, self.l2_lines, GL_LINES)
+
 
 #: Linux x86-64 `arch_prctl` syscall number and its request for AMX tile data
 #: (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). Written as a raw `syscall` instruction so the
@@ -75,22 +117,107 @@ static int morello_cpu_has_amx(void)
 }}
 """
 
-#: C helper (function name, definition) that completes an ISA's runtime check.
-RUNTIME_HELPERS: dict[str, tuple[str, str]] = {"amx": ("morello_cpu_has_amx", _AMX_CHECK_C)}
+X86_64 = Isa(
+    name="x86-64",
+    extends=None,
+    compile_flags=(),
+    cpu_flags=(),
+    cpu_supports=(),
+    vector_bytes=(),
+    vector_registers=16,
+    vrf_registers=0,
+    l2_lines=0,
+    hit_cost=(0, 0, 2, 3, 20),
+    par_setup=230_000,
+    par_per_iter=60,
+)
+AVX2 = Isa(
+    name="avx2",
+    extends="x86-64",
+    compile_flags=("-mavx2", "-mfma"),
+    cpu_flags=("avx2", "fma"),
+    cpu_supports=("avx2", "fma"),
+    vector_bytes=(16, 32),
+    vector_registers=16,
+    vrf_registers=16,
+    l2_lines=0,
+    hit_cost=(0, 0, 2, 3, 20),
+    par_setup=230_000,
+    par_per_iter=60,
+    register_rows=(6,),
+    fma_probe=(12, 8),
+)
+_AVX512_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+AVX512 = Isa(
+    name="avx512",
+    extends="avx2",
+    compile_flags=(*AVX2.compile_flags, *(f"-m{f}" for f in _AVX512_FEATURES), "-mavx512bf16"),
+    cpu_flags=(*AVX2.cpu_flags, *_AVX512_FEATURES, "avx512_bf16"),
+    cpu_supports=(*AVX2.cpu_supports, *_AVX512_FEATURES, "avx512bf16"),
+    vector_bytes=(16, 32, 64),
+    vector_registers=32,
+    vrf_registers=32,
+    l2_lines=1 << 14,
+    hit_cost=(0, 0, 1, 2, 20),
+    par_setup=850_000,
+    par_per_iter=60,
+    register_rows=(12,),
+    fma_probe=(24, 16),
+)
+#: AVX-512 plus the tile unit: the same machine model; the AMX kernels check `isa == "amx"`.
+#: `cpu_supports` is only the AVX-512 part: gcc 12 knows "amx-tile"/"amx-bf16" there but
+#: clang 14 rejects them, so the runtime helper checks the tile unit.
+AMX = dataclasses.replace(
+    AVX512,
+    name="amx",
+    extends="avx512",
+    compile_flags=(*AVX512.compile_flags, "-mamx-tile", "-mamx-bf16"),
+    cpu_flags=(*AVX512.cpu_flags, "amx_tile", "amx_bf16"),
+    runtime_helper=("morello_cpu_has_amx", _AMX_CHECK_C),
+)
+
+#: Every level, best first.
+ISA_LIST: tuple[Isa, ...] = (AMX, AVX512, AVX2, X86_64)
+#: Records by name.
+ISA: Mapping[str, Isa] = MappingProxyType({i.name: i for i in ISA_LIST})
+#: ISA names users may write, best first.
+ISAS: tuple[str, ...] = tuple(ISA)
+#: gcc/clang flags of each ISA (`Isa.compile_flags`), for the many places that compile.
+ISA_FLAGS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {i.name: i.compile_flags for i in ISA_LIST}
+)
+
+
+def _check_chain() -> None:
+    """Each level extends the next one down and includes all of its flags."""
+    for better, base in zip(ISA_LIST, ISA_LIST[1:]):
+        if better.extends != base.name:
+            raise ValueError(f"Isa {better.name!r} must extend {base.name!r}")
+        for mine, theirs in (
+            (better.compile_flags, base.compile_flags),
+            (better.cpu_flags, base.cpu_flags),
+        ):
+            if mine[: len(theirs)] != theirs:
+                raise ValueError(f"Isa {better.name!r} must include {base.name!r}'s flags")
+
+
+_check_chain()
 
 
 def runtime_condition(isa: str) -> str:
     """C expression true when the running CPU (and OS) can execute `isa` code ("1" for
     the baseline). Calls the helper of `runtime_helpers_source` where one is needed."""
-    parts = [f'__builtin_cpu_supports("{f}")' for f in CPU_SUPPORTS[isa]]
-    if isa in RUNTIME_HELPERS:
-        parts.append(f"{RUNTIME_HELPERS[isa][0]}()")
+    rec = ISA[isa]
+    parts = [f'__builtin_cpu_supports("{f}")' for f in rec.cpu_supports]
+    if rec.runtime_helper is not None:
+        parts.append(f"{rec.runtime_helper[0]}()")
     return " && ".join(parts) or "1"
 
 
 def runtime_helpers_source(isas: Iterable[str]) -> str:
     """Definitions of the helpers `runtime_condition` of these ISAs calls ("" if none)."""
-    return "".join(RUNTIME_HELPERS[i][1] for i in dict.fromkeys(isas) if i in RUNTIME_HELPERS)
+    helpers = (ISA[i].runtime_helper for i in dict.fromkeys(isas))
+    return "".join(h[1] for h in helpers if h is not None)
 
 
 def isa_includes(isa: str, base: str) -> bool:
@@ -151,11 +278,11 @@ def native_tune() -> str:
 
 def host_supports(isa: str) -> bool:
     """True when this machine can execute code compiled for `isa`."""
-    if isa not in _CPU_FLAGS:
+    if isa not in ISA:
         raise ValueError(f"unknown ISA {isa!r}; expected one of {', '.join(ISAS)}")
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    return all(f in _host_cpu_flags() for f in _CPU_FLAGS[isa])
+    return all(f in _host_cpu_flags() for f in ISA[isa].cpu_flags)
 
 
 def native_isa() -> str:

@@ -65,7 +65,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
-from morello_build.machine.isa import ISAS, native_isa, native_tune
+from morello_build.machine.isa import ISA, ISAS, native_isa, native_tune
 
 
 @dataclass(frozen=True)
@@ -108,20 +108,7 @@ class Target:
     par_setup: int
     par_per_iter: int
     processors: int = 1
-    #: Extra register-tile heights (output rows) offered to tilings of a Matmul's m dim,
-    #: besides the powers of two: a height that fills the vector register file with two
-    #: vectors per row. AVX2 6x16 (12 ymm accumulators + 2 B vectors + 1 broadcast = 15 of
-    #: 16): 8 accumulators (4x16) do not hide the 4-cycle FMA latency at 2 FMAs per cycle.
-    #: DP kernels with and without 6 rows, same harness run, ratio to the best AVX2 peer:
-    #: 32^3 0.95x vs 0.89x, 64^3 1.00x vs 0.88x, 128^3 1.05x vs 0.95x, 256^3 0.99x vs
-    #: 0.84x, 512^3 1.00x vs 0.90x, 100x37x250 0.97x vs 0.87x.
-    #: AVX-512 12x32 (24 zmm accumulators + 2 B vectors): 8x32 (16) leaves an FMA port
-    #: idle on broadcasts. DP kernels with 12 rows offered and without, same harness run,
-    #: means of 2 rounds of the ratio to the best peer: 32^3 1.01x vs 1.01x, 64^3 1.00x vs
-    #: 0.99x, 128^3 0.99x vs 0.99x, 256^3 1.10x vs 1.03x, 512^3 0.97x vs 0.97x, 100x37x250
-    #: 0.97x vs 0.94x. 14 rows measured the same within noise; 6 rows (6x64, 24 zmm) won
-    #: at 64^3 and 128^3 but lost at 256^3 (1.00x) and 512^3 (0.95x): a 64-wide B panel is
-    #: twice the L1 footprint per k step.
+    #: Extra register-tile heights of Matmul tilings (`Isa.register_rows`).
     register_rows: tuple[int, ...] = ()
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
@@ -164,10 +151,6 @@ class Target:
                 )
 
 
-_GL_LINES = 1 << 25
-_L2_LINES = 1 << 14
-
-
 def resolve_tune(tune: str | None, target_name: str) -> str:
     """The tuning a request means: `native` is this host's (`isa.native_tune`); None is
     `native` for the `native` target (like `-march=native`) and `generic` otherwise, so an
@@ -185,40 +168,21 @@ def resolve_tune(tune: str | None, target_name: str) -> str:
 def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
     """`amx`, `avx512`, `avx2`, `x86-64` or `native` (the best this host supports), with
     the tuning `tune` (one of `TUNES`; the scalar target has nothing to tune and is always
-    `generic`)."""
+    `generic`). The model's constants are the ISA's record (`machine.isa.ISA`)."""
     if tune not in TUNES:
         raise SpecError(f"unknown tune {tune!r}; expected {', '.join(TUNES)}")
     isa = native_isa() if name == "native" else name
-    if isa == "avx512":
-        t = Target(
-            "avx512",
-            (16, 32, 64),
-            (16, 32, 1024, _L2_LINES, _GL_LINES),
-            (0, 0, 1, 2, 20),
-            850_000,
-            60,
-            1,
-            (12,),
-        )
-    elif isa == "avx2":
-        t = Target(
-            "avx2",
-            (16, 32),
-            (16, 16, 1024, 0, _GL_LINES),
-            (0, 0, 2, 3, 20),
-            230_000,
-            60,
-            1,
-            (6,),
-        )
-    elif isa == "amx":
-        # AVX-512 plus the AMX tile unit: the same machine model, and the AMX kernels of
-        # `target.kernels` (which check `isa == "amx"`) become applicable.
-        t = dataclasses.replace(get_target("avx512"), isa="amx")
-    elif isa == "x86-64":
-        t = Target("x86-64", (), (16, 0, 1024, 0, _GL_LINES), (0, 0, 2, 3, 20), 230_000, 60)
-    else:
+    rec = ISA.get(isa)
+    if rec is None:
         raise SpecError(f"unknown target {name!r}; expected native, {', '.join(ISAS)}")
-    if isa != "x86-64" and tune != "generic":
-        t = dataclasses.replace(t, tune=tune)
-    return t.with_threads(threads)
+    return Target(
+        isa=rec.name,
+        vector_bytes=rec.vector_bytes,
+        max_limits=rec.max_limits,
+        hit_cost=rec.hit_cost,
+        par_setup=rec.par_setup,
+        par_per_iter=rec.par_per_iter,
+        processors=max(1, threads),
+        register_rows=rec.register_rows,
+        tune=tune if rec.vector_bytes else "generic",
+    )
