@@ -23,10 +23,6 @@ def next_pow2(x: int) -> int:
     return 0 if x <= 0 else 1 << (x - 1).bit_length()
 
 
-def snap_down(limits: Limits) -> Limits:
-    return tuple(v if _REGISTER_LEVELS[i] else prev_pow2(v) for i, v in enumerate(limits))
-
-
 def snap_up(peaks: Limits) -> Limits:
     return tuple(v if _REGISTER_LEVELS[i] else next_pow2(v) for i, v in enumerate(peaks))
 
@@ -68,7 +64,3 @@ def elementwise_max(a: Limits, b: Limits) -> Limits:
 
 
 ZERO: Limits = (0,) * LEVEL_COUNT
-
-
-def limits_text(limits: Limits) -> str:
-    return "[" + ", ".join(f"{lvl.name}={v}" for lvl, v in zip(Level, limits)) + "]"
