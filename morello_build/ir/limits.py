@@ -38,10 +38,6 @@ def subtract(limits: Limits, used: Limits) -> Limits | None:
     return tuple(out)
 
 
-def fits(used: Limits, limits: Limits) -> bool:
-    return all(u <= lim for u, lim in zip(used, limits))
-
-
 def add_peak(own: Limits, child_peak: Limits) -> Limits:
     """Peak of a node holding `own` while a child peaks at `child_peak` (snapped up)."""
     return (

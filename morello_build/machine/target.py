@@ -56,7 +56,6 @@ reference's fixed 16/24, because that is what an OpenMP loop in our kernels real
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -136,9 +135,6 @@ class Target:
             return 0
         c = hit * t.cache_lines()
         return c if t.is_contiguous else 2 * c
-
-    def with_threads(self, threads: int) -> Target:
-        return dataclasses.replace(self, processors=max(1, threads))
 
     def check_spec(self, spec: LogicalSpec) -> None:
         """Reject Specs this target cannot represent (e.g. 64-byte vectors on AVX2)."""

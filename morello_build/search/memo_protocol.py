@@ -109,8 +109,5 @@ class DictMemo:
     def __len__(self) -> int:
         return sum(len(b) for _, b in self._boxes.values())
 
-    def specs(self) -> int:
-        return len(self._boxes)
-
     def logical_specs(self) -> list[LogicalSpec]:
         return [s for s, _ in self._boxes.values()]
