@@ -131,19 +131,15 @@ X86_64 = Isa(
     par_setup=230_000,
     par_per_iter=60,
 )
-AVX2 = Isa(
+AVX2 = dataclasses.replace(
+    X86_64,
     name="avx2",
     extends="x86-64",
     compile_flags=("-mavx2", "-mfma"),
     cpu_flags=("avx2", "fma"),
     cpu_supports=("avx2", "fma"),
     vector_bytes=(16, 32),
-    vector_registers=16,
     vrf_registers=16,
-    l2_lines=0,
-    hit_cost=(0, 0, 2, 3, 20),
-    par_setup=230_000,
-    par_per_iter=60,
     register_rows=(6,),
     fma_probe=(12, 8),
 )
