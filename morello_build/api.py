@@ -179,7 +179,7 @@ def synthesize_kernel(
     tune: str | None = None,
 ) -> SynthResult:
     """Synthesize (or replay from the cache) and generate C for one kernel."""
-    check_kernel_name(name, variant_ok=True)  # build.dispatch's variants: `<name>__<isa>`
+    check_kernel_name(name, variant_ok=True)  # integration.dispatch's variants: `<name>__<isa>`
     ls = as_spec(spec_text)
     if ls.kind == MATMUL and any(o.level is not Level.GL for o in ls.operands):
         raise SpecError(f"{name}: kernel operands must live in GL (main memory)")

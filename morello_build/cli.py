@@ -45,7 +45,7 @@ def spec_from_args(args: argparse.Namespace) -> str:
     """The Spec text from either the full text form or the matmul shorthand.
 
     The shorthand quoted as one word may carry its options, as CMake's SPEC does
-    (`build.shorthand.expand_spec`): 'matmul 1x288x288 --layout-b col --threads 2' (then
+    (`integration.shorthand.expand_spec`): 'matmul 1x288x288 --layout-b col --threads 2' (then
     `args.threads` becomes the word's); options both inside and outside it are an error.
     """
     from morello_build.api import matmul_spec_text

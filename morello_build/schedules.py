@@ -1,4 +1,4 @@
-"""Hand schedules shipped as examples (and tested).
+"""Hand schedules the README recommends (and tests).
 
 `avx2_matmul_6x16` ports the published compiler's hand schedule of an AVX2 f32 GEMM: a
 6x16 output tile held in 12 ymm registers across the whole k loop, B rows loaded into
@@ -7,11 +7,10 @@ strip that gets its own small schedule. The packing step of the original is left
 synthesizer ("synthesize the rest"), which is the point of mixing the two.
 
 `avx2_matmul_packed_b` is a plan the cost model ranks below its own choice but that
-measured faster on AMD Zen 3 and on the Xeon at 512^3 (see the README's Zen 3 and Xeon
-sections): B packed once, whole, into 16-column panels, then 64-row blocks of C, each
-computed panel by panel over the whole k in 6x16 register tiles that start from zero in
-registers (C is written once and never read). The search fills in everything below the
-panel.
+measured faster at 512^3 on Zen 3, Zen 4 and the Xeon (docs/performance.md): B packed once,
+whole, into 16-column panels, then 64-row blocks of C, each computed panel by panel over
+the whole k in 6x16 register tiles that start from zero in registers (C is written once
+and never read). The search fills in everything below the panel.
 """
 
 from __future__ import annotations
@@ -72,28 +71,12 @@ def avx2_matmul_packed_b(s: Schedule) -> Schedule:
     T > 1 threads, the threads first split the columns of C (N % (16 T) == 0), and each
     packs only its own columns of B.
 
-    Measured on Zen 3, f32 512^3, one core, 3 rounds of one harness run each (ratio to the
-    best of OpenBLAS and MKL): 1.022-1.035x, then 1.007-1.021x and 1.014-1.031x, against
-    0.977-0.984x, 0.974-1.023x and 0.978-1.038x for the search's own plan (k blocks of 128,
-    C zeroed in memory and then read and written once per block). On the Xeon, 3
-    interleaved rounds: 124.5-125.3 GF/s (1.039-1.046x) against 120.1-121.0 (1.005-1.009x).
-    On Zen 4, 3 interleaved rounds: 1.003-1.060x of OpenBLAS against 0.990-0.995x, and on
-    2 threads 1.010-1.115x against 1.013-1.033x.
-
-    The model prices this plan 15% higher. It reads 6-row strips of a 64-row block of A
-    (128 KiB) once per panel, from L2 in fact, but the AVX2 model has no L2 and prices them
-    as main memory. Measured on Zen 4 (README), the search's plan does not lose on its A
-    block in L1 (copied to a dense buffer, or of 32 or 16 rows instead of 64, it ran no
-    faster) nor on its passes over C (fewer k blocks with fewer rows each ran slower); an
-    AVX2 L2 of 512 KiB-1 MiB made the search stream all of A from L2 instead (0.87-0.91x),
-    one of 128 KiB picked another k-blocked plan, no faster.
-
-    2 threads, Xeon, 3 interleaved rounds: 244.7-251.4 GF/s (1.021-1.028x of MKL) against
-    242.2-243.1 (0.988-0.994x) for the search's plan, which splits the rows (each thread
-    then packs all of B). Split by rows, this plan ran 242.7-245.2 GF/s (1.001-1.002x).
-    The model charges a column split for C's rows shared by two cores
-    (`actions.tile.PAR_SHARED_ROWS_COST`, measured on a plan that reads C back 4 times);
-    here each core writes its half of every row once.
+    The model prices this plan higher than its own (k blocks of 128, C read and written
+    once per block): it reads 6-row strips of a 64-row block of A once per panel, from L2
+    in fact, but the AVX2 model has no L2 and prices them as main memory. On 2 threads the
+    model charges a column split for C's rows shared by two cores
+    (`actions.tile.PAR_SHARED_ROWS_COST`); here each core writes its half of every row
+    once. Measurements (Zen 3, Zen 4, the Xeon): docs/performance.md.
     """
     s, m, n = _split_columns_between_threads(s, "avx2_matmul_packed_b")
     if n > 16:  # (a 16-column B is one panel already)
@@ -111,11 +94,9 @@ def matmul_threads_split_columns(s: Schedule) -> Schedule:
     The search splits the rows: the model charges a column split for C's rows that two
     cores share (`actions.tile.PAR_SHARED_ROWS_COST`, measured on plans that read C back
     once per k block). The AVX-512 plan the search then picks for each half writes every
-    line of C once, and each thread packs only its own columns of B. Xeon, avx512, f32
-    512^3, 2 threads, 3 interleaved rounds: 436.4-442.6 GF/s (1.036-1.049x of MKL) against
-    422.3-434.7 (1.006-1.040x) for the search's row split. Not for avx2: the search's AVX2
-    half plan reads C back per k block, and split so it ran 0.898-0.908x against
-    0.988-0.994x; `avx2_matmul_packed_b` splits the columns with a whole-k plan instead.
+    line of C once, and each thread packs only its own columns of B. Not for avx2, whose
+    half plan reads C back per k block; `avx2_matmul_packed_b` splits the columns with a
+    whole-k plan instead. Measurements (the Xeon): docs/performance.md.
     """
     if _threads(s) == 1:
         return s

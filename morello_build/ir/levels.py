@@ -16,11 +16,8 @@ class Level(enum.IntEnum):
     VRF = 1  # vector registers: C vector locals; counted in registers
     L1 = 2  # L1 cache: a *view* of memory (or a packed buffer), counted in 64-byte lines
     #: L2 cache: a *view* of contiguous memory only (a whole operand, a packed B panel, a
-    #: block of whole rows), counted in 64-byte lines. The cheap L2 hit holds for runs
-    #: the hardware prefetcher follows: 32-column strips of a row-major 512x512 B read
-    #: from L2 (rows 2 KiB apart, every row in the same few L1 sets) measured 0.89-1.07x
-    #: of MKL from one harness round to the next, the same tiles of B packed into
-    #: contiguous panels 1.01-1.05x.
+    #: block of whole rows), counted in 64-byte lines: the cheap L2 hit holds for runs the
+    #: hardware prefetcher follows (measurements in docs/internals.md, "The L2 level").
     L2 = 3
     GL = 4  # global memory (buffers), counted in 64-byte lines
 

@@ -173,16 +173,10 @@ def _l2_strip(parent: TensorSpec, layout: lay.Layout) -> bool:
     128x32 strip of a 128x128 B that a whole-k 12x32 register tile reads).
 
     Why: the rows of such a B are too many for L1 (64 KiB) but each strip streams from
-    L2 in order, one row after the next. avx512 128^3, same harness, ratio to MKL: whole-k
-    12x32 tiles reading these strips 1.05-1.06x; the plans the model chose while a strip
-    counted as main memory (k split, C stored and reloaded) 0.95-0.98x. Why 512 bytes: at
-    2 KiB rows (512^3) the same strips measured 0.89-1.07x from one run to the next, so
-    wider rows keep to packed panels. A strip is read in place, never moved as a whole
-    (`Move`): as an L1 view its lines crowd a few L1 sets (128 rows 512 bytes apart fill
-    16 of 64 sets with 16 lines each, more than the 12 ways), so row blocks that meant to
-    reuse it from L1 measured 0.97-1.01x; AMX bf16 256^3 packing 64-column strips of it
-    ran 1.21-1.22x MKL against 1.32-1.37x packing 32-column strips from memory. One level
-    only: a tile of a strip has lost the parent's row stride, so it must be contiguous."""
+    L2 in order, one row after the next; wider rows than 512 bytes keep to packed panels.
+    A strip is read in place, never moved as a whole (`Move`): as an L1 view its lines
+    crowd a few L1 sets. One level only: a tile of a strip has lost the parent's row
+    stride, so it must be contiguous. Measurements: docs/internals.md, "The L2 level"."""
     if parent.level is not Level.L2 or not parent.layout.is_row_major():
         return False
     if not parent.layout.is_fully_contiguous or layout.contig < 1:

@@ -1,57 +1,13 @@
 """The x86 targets: AMX (AVX-512 plus tiles), AVX-512, AVX2+FMA and a portable scalar fallback.
 
-Constants follow the published Morello model (reference notes, "X86 target"): 64-byte
-lines, L1 1024 lines, GL 2^25 lines, hit cost per line L1 1 (AVX-512) / 2 (AVX2) and
-GL 20, parallel-loop overhead 850000 (AVX-512) / 230000 (AVX2) + 60 per iteration.
-
-The reference has no L2. AVX-512 (and AMX) targets add one (views of contiguous memory
-only, see `ir.levels`): 16384 lines (1 MiB, the smallest L2 of the AVX-512 server cores;
-this machine has 2 MiB) and a hit cost measured with a streaming vector read loop on this
-CPU (8 accumulators, best of 5):
-
-    working set        AVX-512 ns/line     AVX2 ns/line
-    16-32 KiB (L1)     0.20-0.24           0.29
-    256 KiB-1 MiB (L2) 0.38-0.40           0.43
-    256 MiB (memory)   4.36                4.88
-
-so L2 costs about twice an L1 line with 64-byte vectors (1 -> 2) and 1.5 times with
-32-byte ones (2 -> 3); memory at 18-20x L1 matches the reference's GL 20. Without L2
-the model charged every re-read of a packed B panel as main-memory traffic, so at 512^3
-it picked k blocks of 128 with C re-read 4 times (0.95-0.96x of MKL) over whole-k 12x32
-tiles that stream 32-column B panels from L2 (1.03-1.05x, same harness runs).
-
-AVX2 keeps the reference's levels (L2 capacity 0): with an L2 of 3 per line the model
-prefers 512^3 plans that stream A from L2 against a 32 KiB B panel in L1, which measured
-0.79-0.92x of MKL against 1.00x for its L1-only plan; whole-k plans like the AVX-512 one
-measured 0.97-1.02x there, so an AVX2 L2 has nothing to win until the model knows this
-CPU's 48 KiB L1 (the model's L1 is 64 KiB).
-
-`tune` picks what differs between microarchitectures of one ISA, as gcc's `-mtune` does
-(`Tuning`, one per name in `TUNES`): `generic` is the model as measured on this project's
-Xeon (Sapphire Rapids class). `zen4` is AMD Zen 4, whose AVX-512 runs on 256-bit units: one
-`vfmadd231ps zmm` per cycle (117 GF/s at 3.65 GHz, asm loop of 16 independent FMAs), the
-same flops as two ymm FMAs, and one `vdpbf16ps zmm` per cycle too, i.e. *twice* the flops
-of f32 FMAs (234 GF/s counted as bf16 flops), where the Xeon retires one per 2 cycles (half
-its f32 rate). So on Zen 4 a bf16 GEMM on `vdpbf16ps` register tiles (B packed in k-pairs,
-`target.kernels.Dpbf16TileBf16F32`) beats widening to f32, and on the Xeon it loses; that
-changes the search on the avx512 target only. `zen5` is AMD Zen 5 (family 1Ah): its
-AVX-512 units are 512 bits wide (f32 FMA peak 230 GF/s with zmm, 116 with ymm, `morello
-bench --peers fma-peak`), and `vdpbf16ps zmm` still retires at the FMA rate, twice the flops
-(458 GF/s in the same harness; bf16 256^3 on vdpbf16ps tiles ran 423 GF/s, 92% of that,
-4.4x the -O3 loop nest), so its search is zen4's; the generic f32 kernels run at 87-99% of
-the FMA peak there. Unlike Zen 4 it gains from the software prefetch of the streaming
-matrix-vector loop, as the Xeon does (figures at `codegen.kernels.STREAM_PREFETCH_AHEAD`).
-`zen3` is AMD Zen 3 (AVX2, no AVX-512).
-On Zen 3 and Zen 4 the software prefetch of the streaming matrix-vector loop, a win on the
-Xeon and on Zen 5, loses (`codegen.kernels.STREAM_PREFETCH_AHEAD` has the measurements),
-so their tunings turn it off: a code generation choice on every vector target. Zen 3's L1 holds
-32 KiB, half the model's; an L1 of 512 lines for zen3 was tried and lost: its 512^3 plan
-(32 KiB of L1 tiles) ran 0.951-0.982x of the best peer against 0.996-1.059x for the 64 KiB
-plan (3 interleaved rounds, one harness run each), so the model keeps 64 KiB (the L2 behind
-it serves the overflow well).
-
-`processors` is the thread count the kernel is built for (the user's `threads`), not the
-reference's fixed 16/24, because that is what an OpenMP loop in our kernels really uses.
+A `Target` holds the cost model's constants for one ISA and thread count. They follow the
+published Morello model (reference notes, "X86 target"), plus an L2 level on AVX-512 and
+AMX, whose hit cost was measured because the reference has none. `tune` picks what
+differs between microarchitectures of one ISA, as gcc's `-mtune` does (`Tuning`, one per
+name in `TUNES`). `processors` is the thread count the kernel is built for (the user's
+`threads`), because that is what an OpenMP loop in our kernels really uses. The
+measurements behind the constants and the tunings: docs/internals.md, "The cost model's
+constants".
 """
 
 from __future__ import annotations

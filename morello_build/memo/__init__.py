@@ -1,8 +1,8 @@
 """The memo table: Spec solutions stored as boxes of identical values, cached on disk.
 
 This package is generic over keys and points; the Spec <-> (key, point) map lives with
-the search. See ``value`` (what is stored), ``boxes`` (one page), ``table`` (pages),
-``store`` (persistence) and ``report`` (CLI output).
+the search (``search.coords``, ``search.persistent``). See ``value`` (what is stored),
+``boxes`` (one page), ``table`` (pages) and ``store`` (persistence).
 """
 
 from .boxes import Page

@@ -876,7 +876,7 @@ def scan_pages(root: Path) -> Iterator[tuple[Path, PageFile | PageFormatError]]:
 
 def verify(root: Path | None = None) -> list[tuple[Path, bool, str]]:
     """Re-check the format of every page file under ``root``: ``(path, ok, reason)`` per
-    file. (``memo.persistent.verify_replays`` also checks what a replay needs.)"""
+    file. (``search.persistent.verify_replays`` also checks what a replay needs.)"""
     base = root if root is not None else cache_root()
     if base is None:
         return []

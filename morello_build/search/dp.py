@@ -86,12 +86,9 @@ class Search:
         """Solve a memo miss without recursing: each pending Spec is a `_solve_steps`
         generator on an explicit stack, which a child miss pushes onto.
 
-        Recursion was the obvious form, but CPython 3.11+ keeps Python frames in 16 KiB
-        chunks that it maps and unmaps as the call depth crosses a chunk's edge, and the
-        DP's depth goes up and down all the time. How often it lands on an edge depends
-        on frame sizes: the recursive form of the loop below made 115k mmap/munmap pairs
-        on avx2 f32 32^3 (sys time 1.52 s of 11.1 s; 0.10 s now). A generator's frame
-        lives in the generator object instead.
+        Not recursion: CPython 3.11+ maps and unmaps frame chunks as the call depth crosses
+        their edges, which the DP's depth does all the time; a generator's frame lives in
+        the generator object (measurements in docs/internals.md, "Search speed").
         """
         stack = [self._solve_steps(ls, limits)]
         sent: Hit | None = None
@@ -122,7 +119,7 @@ class Search:
         stats = self.stats
         best: Solution | None = None
         best_cost: Cost | None = None
-        # `hi`: how far each limit may grow before the answer could change (see memo.py).
+        # `hi`: how far each limit may grow before the answer could change (memo_protocol.py).
         # Levels 0-1 count registers; 2-4 are memory levels with power-of-two budgets.
         h0, h1, h2, h3, h4 = self.target.max_limits
         l0, l1, l2, l3, l4 = limits
@@ -261,16 +258,11 @@ class Search:
 def gc_paused() -> Iterator[None]:
     """Keep Python's cyclic garbage collector off for the duration.
 
-    The search allocates millions of small tuples that live as long as the memo, and the
-    collector walks all of them again and again as their number grows. None of them form
-    cycles, so collecting finds nothing (same peak RSS with the collector off: 481 MB for
-    avx2 bf16 32x64x64); with it off that search ran in 62.5 s instead of 75.9 s, and
-    f32 64^3 in 20.2 s instead of 26.5 s (both runs at once, one per core).
-
-    On the way out every object the collector tracks moves to its oldest generation
-    (`gc.freeze` then `gc.unfreeze`): left in the youngest, the first allocation after
-    the search would walk them all at once (2.4 s inside the code generator after
-    avx2 bf16 32x64x64).
+    The search allocates millions of small tuples that live as long as the memo and form
+    no cycles, so the collector walks them again and again and finds nothing. On the way
+    out every tracked object moves to the oldest generation (`gc.freeze` then
+    `gc.unfreeze`), so the first allocation after the search does not walk them all at
+    once. Measurements: docs/internals.md, "Search speed".
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -285,9 +277,9 @@ def gc_paused() -> Iterator[None]:
 
 def freeze_for_exit() -> None:
     """For command-line entry points, as the process ends: exempt every live object from
-    the full collection Python runs at exit. After a search that collection walks millions
-    of objects (7.4 s after avx2 bf16 32x64x64; 0.2 s frozen). Frozen objects are still
-    freed by reference counting."""
+    the full collection Python runs at exit, which after a search walks millions of objects
+    (docs/internals.md, "Search speed"). Frozen objects are still freed by reference
+    counting."""
     gc.freeze()
 
 

@@ -5,9 +5,8 @@ The search interns Specs (`ir.spec.intern`), caches each Spec's action plans per
 memo keeps alive, and all of them grew for the life of the process. When the outermost
 session ends they are kept only while they hold at most `RETAIN_SPECS` Specs, then
 released, so an API user synthesizing many kernels in one process has bounded memory
-while related syntheses still share the (costly) action enumeration: releasing after
-every synthesis made 20 small cold syntheses take 38.9 s instead of 14.6 s on Zen 3
-(figures in docs/performance.md). Sessions nest: work that shares a memo across several
+while related syntheses still share the (costly) action enumeration (figures in
+docs/internals.md, "Search speed"). Sessions nest: work that shares a memo across several
 syntheses wraps them in one session so interned identities (which the memo keys on) stay
 valid between them.
 """
@@ -22,8 +21,8 @@ from morello_build.actions import enumerate as enumeration
 from morello_build.actions.base import action_fingerprint
 from morello_build.ir import layout, spec, tensorspec
 
-#: Interned Specs the tables may keep between sessions (about 4 KiB of RSS each, with
-#: their action plans: 58k Specs held 282 MiB in `benchmarks/session_memory.py`).
+#: Interned Specs the tables may keep between sessions (about 4 KiB of RSS each with their
+#: action plans; see docs/performance.md, "Memory of many syntheses in one process").
 RETAIN_SPECS = 25_000
 
 _lock = threading.Lock()
