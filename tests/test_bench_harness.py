@@ -9,10 +9,10 @@ import math
 import pytest
 from test_verify_harness import matmul_kernel, zero_kernel
 
-import morello_build.bench as bench_mod
-from morello_build.bench import ALL_PEERS, BenchError, bench_kernel
-from morello_build.peers import find_mkl, find_openblas
-from morello_build.verify import IsaUnavailable
+import morello_build.harness.bench as bench_mod
+from morello_build.harness.bench import ALL_PEERS, BenchError, bench_kernel
+from morello_build.harness.peers import find_mkl, find_openblas
+from morello_build.harness.verify import IsaUnavailable
 
 FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol
 

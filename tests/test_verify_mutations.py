@@ -26,15 +26,15 @@ import shutil
 import numpy as np
 import pytest
 
-import morello_build.verify as verify_mod
+import morello_build.harness.verify as verify_mod
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.codegen.emit import generate_c
+from morello_build.harness.verify import VerifyResult, verify_kernel
 from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import host_supports
 from morello_build.machine.target import get_target
 from morello_build.search.dp import Search
-from morello_build.verify import VerifyResult, verify_kernel
 
 KS = (7, 4096, 16384)
 MUTATIONS = ("k_term", "row", "column", "strip")

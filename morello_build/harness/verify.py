@@ -72,14 +72,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.ccompile import (
+from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
+from morello_build.errors import MorelloError
+from morello_build.harness.compile import (
     CompileError,
     Compiler,
     build_shared_library,
     find_compiler,
 )
-from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
-from morello_build.errors import MorelloError
 from morello_build.machine.isa import ISA_FLAGS, host_supports
 
 __all__ = [

@@ -15,7 +15,7 @@ report the median and the best. GFLOP/s uses `KernelABI.flops`.
 
 Before timing, the harness runs every implementation once from the same initial output and
 writes the results; they are checked against the numpy reference with the tolerance of
-`morello_build.verify`. A peer that disagrees is reported as skipped ("wrong result"), and a
+`morello_build.harness.verify`. A peer that disagrees is reported as skipped ("wrong result"), and a
 morello kernel that disagrees is an error: comparing wrong answers is worthless.
 
 With ``threads=1`` the harness pins itself to one CPU and sets every library to one thread
@@ -39,14 +39,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.ccompile import Compiler, compile_object, find_compiler, link, write_sources
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.codegen.context import HELPERS
 from morello_build.errors import MorelloError
-from morello_build.machine.isa import ISA_FLAGS, host_supports, native_isa
-from morello_build.machine.target import tune_note
-from morello_build.peers import PEER_ISAS, PeerLib, find_mkl, find_openblas
-from morello_build.verify import (
+from morello_build.harness.compile import (
+    Compiler,
+    compile_object,
+    find_compiler,
+    link,
+    write_sources,
+)
+from morello_build.harness.peers import PEER_ISAS, PeerLib, find_mkl, find_openblas
+from morello_build.harness.verify import (
     STORAGE,
     IsaUnavailable,
     compare_output,
@@ -58,6 +62,8 @@ from morello_build.verify import (
     sentinel_fill,
     to_physical,
 )
+from morello_build.machine.isa import ISA_FLAGS, host_supports, native_isa
+from morello_build.machine.target import tune_note
 
 __all__ = [
     "ALL_PEERS",
