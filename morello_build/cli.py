@@ -558,7 +558,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
             " add --threads N (N >= 2)"
         )
     if getattr(args, "peers", None) is not None:
-        from morello_build.harness.bench import ALL_PEERS, REFERENCES
+        from morello_build.harness.peers import ALL_PEERS, REFERENCES
 
         known = (*ALL_PEERS, *REFERENCES)
         unknown = [p for p in args.peers.split(",") if p not in known]
