@@ -43,6 +43,11 @@ PEER_ISAS = ("kernel", "host")
 MORELLO = "morello-build"
 ONE_THREAD = "morello-build@1"
 #: The references: timed like peers, but never the "best peer" (see `Peer.reference`).
+#: They run round-robin with the kernel because a bound measured once, apart, drifts with a
+#: VM's clock and cache state (docs/performance.md, "Harness notes"). A streaming read of
+#: B (the bandwidth bound of a matrix-vector product), the register FMA peak of the
+#: kernel's ISA and the AMX tile peak (both on the kernel's threads, counting their own
+#: flops).
 STREAM_READ = "stream-read"
 FMA_PEAK = "fma-peak"
 AMX_PEAK = "amx-peak"
