@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from morello_build.bench import bench_kernel
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
-from morello_build.verify import verify_kernel
+from morello_build.harness.bench import bench_kernel
+from morello_build.harness.verify import verify_kernel
 
 
 def handwritten_matmul(m: int, k: int, n: int, in_dtype: str = "f32") -> GeneratedKernel:

@@ -31,12 +31,12 @@ from pathlib import Path as FsPath
 from morello_build.actions.enumerate import actions_for
 from morello_build.api import matmul_spec_text
 from morello_build.codegen.emit import generate_c
+from morello_build.harness.compile import kernel_flags
 from morello_build.impl.cost import Cost
 from morello_build.impl.nodes import Impl
 from morello_build.ir.limits import ZERO, Limits, subtract
 from morello_build.ir.spec import LogicalSpec, intern
 from morello_build.ir.text import parse_spec
-from morello_build.machine.isa import ISA_FLAGS
 from morello_build.machine.target import get_target
 from morello_build.search.dp import Search, run_deep
 from morello_build.search.memo_protocol import Solution
@@ -182,7 +182,7 @@ def time_programs(impls: list[Impl], isa: str, ls: LogicalSpec, min_time: float)
     with tempfile.TemporaryDirectory(prefix="morello-fidelity-") as d:
         work = FsPath(d)
         objs = []
-        flags = ["-O3", "-std=gnu99", *ISA_FLAGS[isa]]
+        flags = kernel_flags(isa)
         for i, impl in enumerate(impls):
             g = generate_c(impl, f"prog{i}", isa)
             (work / f"prog{i}.c").write_text(g.c_source)

@@ -30,10 +30,9 @@ Shapes: ``N`` (N^3), ``MxKxN``, optionally prefixed ``bf16:`` (bf16 x bf16 -> f3
 suffixed ``@T`` (T threads). The FMA peak is *measured*, in each row's own harness: a
 loop of 24 independent register FMAs (zmm for avx512, 12 ymm for avx2) on the row's
 threads, timed round-robin with the kernel and its peers (`morello bench --peers
-...,fma-peak`), so the VM's clock swings move the kernel and its peak alike (a peak
-measured once, apart, read 88 GF/s on the Zen 3 VM in a run where a 64^3 kernel ran
-94.6). The same loop, run once apart, gives the peak line of the plot. bf16 rows count
-against the same f32 FMA peak: on the Xeon `vdpbf16ps zmm` retires one per 2 cycles (measured the same way), half the f32
+...,fma-peak`), so the VM's clock swings move the kernel and its peak alike
+(docs/performance.md, "Harness notes"). The same loop, run once apart, gives the peak
+line of the plot. bf16 rows count against the same f32 FMA peak: on the Xeon `vdpbf16ps zmm` retires one per 2 cycles (measured the same way), half the f32
 FMA flop rate, so widening to f32 is the faster path without AMX (which MKL uses). With
 ``--tune`` other than generic (the default ``native`` is zen3 on an AMD Zen 3 host, zen4 on
 Zen 4, zen5 on Zen 5) rows are labelled with it, e.g. ``avx2-zen3``: matrix-vector kernels

@@ -25,9 +25,9 @@ from typing import NoReturn
 
 from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError, first_line
+from morello_build.harness.peers import PEER_ISAS
 from morello_build.ir.text import parse_dims
 from morello_build.names import check_kernel_name
-from morello_build.peers import PEER_ISAS
 
 SPEC_HELP = (
     "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
@@ -294,7 +294,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from morello_build.verify import check_spec_memory, verify_kernel
+    from morello_build.harness.verify import check_spec_memory, verify_kernel
 
     spec_text = spec_from_args(args)
     check_spec_memory(spec_text, args.name)  # before a synthesis that could not be checked
@@ -318,7 +318,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from morello_build.bench import bench_kernel
+    from morello_build.harness.bench import bench_kernel
 
     spec_text = spec_from_args(args)
     res = _synth_kernel(args, spec_text)
@@ -558,7 +558,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
             " add --threads N (N >= 2)"
         )
     if getattr(args, "peers", None) is not None:
-        from morello_build.bench import ALL_PEERS, REFERENCES
+        from morello_build.harness.peers import ALL_PEERS, REFERENCES
 
         known = (*ALL_PEERS, *REFERENCES)
         unknown = [p for p in args.peers.split(",") if p not in known]

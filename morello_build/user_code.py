@@ -65,8 +65,8 @@ def schedule_import_path(directory: str | None) -> Iterator[None]:
     if directory is None:
         yield
         return
+    import morello_build.harness.verify  # noqa: F401  (subprocess, tempfile, the compilers)
     import morello_build.schedule  # noqa: F401  (and with it numpy, filelock, platformdirs)
-    import morello_build.verify  # noqa: F401  (subprocess, tempfile, the compilers)
 
     sys.path.insert(0, directory)
     importlib.invalidate_caches()

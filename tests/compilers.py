@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from morello_build.codegen.abi import GeneratedKernel
-from morello_build.verify import IsaUnavailable, verify_kernel
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
 
 COMPILERS = ("gcc", "clang")
 CLANG_MISSING = "clang is not installed (`.ci/run` installs it; or `apt install clang`)"

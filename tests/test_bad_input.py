@@ -514,10 +514,10 @@ def test_item9_a_build_asked_to_verify_never_passes_unverified(
 
     spec = matmul_spec_text(1, 4, 4, 4)
     kernel = synthesize_kernel(spec, name="mm", target="x86-64", use_cache=False).kernel
-    import morello_build
+    import morello_build.harness
 
-    monkeypatch.setitem(sys.modules, "morello_build.verify", None)  # import fails
-    monkeypatch.delattr(morello_build, "verify", raising=False)
+    monkeypatch.setitem(sys.modules, "morello_build.harness.verify", None)  # import fails
+    monkeypatch.delattr(morello_build.harness, "verify", raising=False)
     with pytest.raises(GenerateError, match="cannot verify"):
         _verify(kernel, "x86-64")
 

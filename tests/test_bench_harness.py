@@ -9,10 +9,12 @@ import math
 import pytest
 from test_verify_harness import matmul_kernel, zero_kernel
 
-import morello_build.bench as bench_mod
-from morello_build.bench import ALL_PEERS, BenchError, bench_kernel
-from morello_build.peers import find_mkl, find_openblas
-from morello_build.verify import IsaUnavailable
+import morello_build.harness.bench as bench_mod
+import morello_build.harness.peers as peers_mod
+import morello_build.harness.report as report_mod
+from morello_build.harness.bench import BenchError, bench_kernel
+from morello_build.harness.compile import IsaUnavailable
+from morello_build.harness.peers import ALL_PEERS, find_mkl, find_openblas
 
 FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol
 
@@ -73,14 +75,14 @@ def test_peer_layout_mapping_gives_right_results(kernel: object) -> None:
 def test_peer_with_wrong_result_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     if not (find_openblas().available or find_mkl().available):
         pytest.skip("no BLAS peer installed")
-    real = bench_mod._gemm_plan
+    real = peers_mod._gemm_plan
 
     def transposed_rhs(abi):  # type: ignore[no-untyped-def]
         plan = real(abi)
         flipped = 112 if plan.trans_b == 111 else 111
         return dataclasses.replace(plan, trans_b=flipped)
 
-    monkeypatch.setattr(bench_mod, "_gemm_plan", transposed_rhs)
+    monkeypatch.setattr(peers_mod, "_gemm_plan", transposed_rhs)
     report = bench_kernel(matmul_kernel("bwrong", 1, 16, 16, 16), min_time=FAST)
     wrong = [r for r in report.results if (r.skipped or "").startswith("wrong result")]
     assert wrong, report.format_table()
@@ -154,13 +156,13 @@ def test_compute_peak_is_timed_beside_the_kernel_as_a_reference(
     peak = rep.result(ref)
     assert peak.skipped is None and peak.samples > 0 and peak.seconds > 0
     assert rep.best_peer == "naive"
-    iters, flops = bench_mod._reference_iters(ref, isa, k.abi.flops, threads)
-    least = bench_mod._AMX_MIN_ITERS if ref == "amx-peak" else bench_mod._FMA_MIN_ITERS
+    iters, flops = peers_mod.reference_iters(ref, isa, k.abi.flops, threads)
+    least = peers_mod._AMX_MIN_ITERS if ref == "amx-peak" else peers_mod._FMA_MIN_ITERS
     assert iters >= least and flops == iters * iter_flops * threads
     assert math.isclose(peak.gflops, flops / peak.seconds / 1e9)
     assert rep.share_of(ref) == pytest.approx(rep.results[0].gflops / peak.gflops)
     assert rep.share_of("stream-read") is None  # not asked for
-    assert bench_mod._REFERENCE_LINES[ref] in rep.format_table()
+    assert report_mod._REFERENCE_LINES[ref] in rep.format_table()
     assert json.loads(json.dumps(rep.to_json()))["results"][2]["name"] == ref
 
 
@@ -168,7 +170,7 @@ def test_fma_peak_loop_covers_fma_latency_on_each_isa() -> None:
     """The reference's loop: as many independent accumulators as latency x units needs
     (24 zmm, 12 ymm), its sources zeroed inside the same asm statement."""
     for isa, reg, n in (("avx512", "zmm", 24), ("amx", "zmm", 24), ("avx2", "ymm", 12)):
-        src = bench_mod._fma_source(isa)
+        src = peers_mod.fma_source(isa)
         fmas = [ln for ln in src.splitlines() if "vfmadd231ps" in ln]
         assert len(fmas) == n and all(f"%%{reg}" in ln for ln in fmas)
         targets = {ln.rsplit("%%", 1)[1].split("\\")[0] for ln in fmas}
@@ -183,7 +185,7 @@ def test_one_thread_kernel_is_timed_beside_a_threaded_one() -> None:
     kernel = matmul_kernel("bscale", 1, 32, 32, 32)
     one = matmul_kernel("bscale_1t", 1, 32, 32, 32)
     rep = bench_kernel(kernel, peers=["naive"], threads=2, min_time=FAST, one_thread=one)
-    mine, base = rep.result("morello-build"), rep.result(bench_mod.ONE_THREAD)
+    mine, base = rep.result("morello-build"), rep.result(peers_mod.ONE_THREAD)
     assert base.skipped is None and base.samples > 0
     assert rep.scaling == pytest.approx(base.seconds / mine.seconds)
     assert rep.best_peer == "naive"
@@ -239,7 +241,7 @@ def test_peers_are_held_to_an_older_kernel_isa() -> None:
         held = bench_kernel(k, peers=["naive", "mkl", "openblas"], min_time=FAST)
     except IsaUnavailable:
         pytest.skip(f"host lacks {older}")
-    limit_env, naive_flags = bench_mod.PEER_ISA_LIMITS[older]
+    limit_env, naive_flags = peers_mod.PEER_ISA_LIMITS[older]
     for var, value in limit_env.items():
         assert f"{var}={value}" in held.peer_limit
     assert " ".join(naive_flags) in held.peer_limit
@@ -257,8 +259,8 @@ def test_peers_are_held_to_an_older_kernel_isa() -> None:
     # OpenBLAS pinned to that ISA's core (its own detection may pick an older one).
     native = dataclasses.replace(k, abi=dataclasses.replace(k.abi, isa=host))
     own = bench_kernel(native, peers=["naive", "openblas"], min_time=FAST)
-    if host in bench_mod.PEER_ISA_LIMITS:
-        core = bench_mod.PEER_ISA_LIMITS[host][0]["OPENBLAS_CORETYPE"]
+    if host in peers_mod.PEER_ISA_LIMITS:
+        core = peers_mod.PEER_ISA_LIMITS[host][0]["OPENBLAS_CORETYPE"]
         assert own.peer_limit == f"OPENBLAS_CORETYPE={core}"
     else:
         assert own.peer_limit == ""
@@ -292,8 +294,8 @@ def test_kernel_is_one_indirect_call_from_the_timing_loop_like_every_peer() -> N
     """The harness's table points at the kernel's own run function (in the file that
     includes the kernel's header); a wrapper hop in between cost a tiny kernel ~10%."""
     kernel = matmul_kernel("b_hop", 1, 8, 8, 8)
-    impls, _, _, setup = bench_mod._plan_peers(kernel.abi, ["naive"], 1)
-    source = bench_mod._harness_source(kernel.abi, impls, setup)
+    impls, _, _, setup = peers_mod.plan_peers(kernel.abi, ["naive"], 1)
+    source = bench_mod.harness_source(kernel.abi, impls, setup)
     assert '{"morello-build", morello_bench_run, 0, 0}' in source
     assert '{"naive", run_1, 0, 0}' in source
     assert "static void run_0" not in source

@@ -12,7 +12,6 @@ from compilers import CLANG_MISSING, have_compiler
 from shared_search import synthesize_impl
 
 from morello_build.actions.tile import shrink
-from morello_build.ccompile import CompileError
 from morello_build.codegen.emit import K_UNROLL, CodegenError, generate_c, kernel_abi
 from morello_build.codegen.views import (
     MEM,
@@ -24,6 +23,8 @@ from morello_build.codegen.views import (
     View,
     coords,
 )
+from morello_build.harness.compile import CompileError
+from morello_build.harness.verify import IsaUnavailable, VerifyResult, verify_kernel
 from morello_build.impl.nodes import Alloc, Hole, Impl, Loop
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
@@ -34,7 +35,6 @@ from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import ISA, host_supports
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
-from morello_build.verify import IsaUnavailable, VerifyResult, verify_kernel
 
 _SYNTH: dict[tuple[str, LogicalSpec], Impl] = {}
 

@@ -11,9 +11,9 @@ from shared_search import synthesize_impl
 
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Impl
 from morello_build.ir.text import parse_spec
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 R, C = "f32:GL:row", "f32:GL:col"
 B = "bf16:GL:row"

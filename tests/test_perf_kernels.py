@@ -18,6 +18,7 @@ from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
 from morello_build.codegen.emit import generate_c
 from morello_build.codegen.kernels import STREAM_PREFETCH_AHEAD
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Alloc, Block, Impl, Kernel, Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
@@ -28,7 +29,6 @@ from morello_build.machine.kernels import (
     STREAM_RUN_COST,
 )
 from morello_build.machine.target import get_target
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 ROWS_F32 = KERNELS_BY_NAME["VecMatRowsF32"]
 ROWS_BF16 = KERNELS_BY_NAME["VecMatRowsBf16F32"]

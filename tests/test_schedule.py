@@ -5,6 +5,7 @@ import pytest
 from compilers import verify_with_each_compiler
 
 from morello_build.codegen.emit import generate_c
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Alloc, Kernel, Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
@@ -18,7 +19,6 @@ from morello_build.schedules import (
     matmul_threads_split_columns,
 )
 from morello_build.search.dp import Search
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 SPEC = "MatmulAccum(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 

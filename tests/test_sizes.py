@@ -17,17 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from morello_build import verify
 from morello_build.api import matmul_spec_text, synthesize_kernel
-from morello_build.ccompile import build_shared_library, find_compiler
 from morello_build.errors import SpecError
+from morello_build.harness import verify
+from morello_build.harness.compile import build_shared_library, find_compiler, kernel_files
+from morello_build.harness.verify import TooBigToVerify, kernel_compile_flags
 from morello_build.integration import generate
 from morello_build.integration.config import ConfigError, load_config, parse_config
 from morello_build.integration.shorthand import expand_spec
 from morello_build.ir.sizes import MAX_DIM, MAX_MATMUL_MACS, MAX_OPERAND_BYTES
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import host_supports
-from morello_build.verify import TooBigToVerify, kernel_compile_flags, kernel_files
 
 GL3 = "f32:GL:row, f32:GL:row, f32:GL:row"
 

@@ -9,18 +9,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import morello_build.verify as verify_mod
-from morello_build.ccompile import CompileError
+import morello_build.harness.verify as verify_mod
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.errors import MorelloError
-from morello_build.verify import (
-    IsaUnavailable,
+from morello_build.harness.arrays import (
     bf16_bits_to_f32,
     f32_to_bf16_bits,
     from_physical,
     to_physical,
-    verify_kernel,
 )
+from morello_build.harness.compile import CompileError
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
 
 COMPILERS = [c for c in ("gcc", "clang") if shutil.which(c)]
 

@@ -26,15 +26,15 @@ import shutil
 import numpy as np
 import pytest
 
-import morello_build.verify as verify_mod
+import morello_build.harness.arrays as arrays_mod
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.codegen.emit import generate_c
+from morello_build.harness.verify import VerifyResult, verify_kernel
 from morello_build.ir.spec import Spec
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import host_supports
 from morello_build.machine.target import get_target
 from morello_build.search.dp import Search
-from morello_build.verify import VerifyResult, verify_kernel
 
 KS = (7, 4096, 16384)
 MUTATIONS = ("k_term", "row", "column", "strip")
@@ -284,13 +284,13 @@ def test_one_missing_product_in_one_element_fails(dtype: str, k: int) -> None:
     """No compiler needed: the exact-input reference rejects an output off by one product."""
     abi = _abi("ref_only", dtype, M, k, N)
     lhs, rhs, out = abi.operands
-    logical = verify_mod.exact_logical(abi, np.random.default_rng(0))
-    expected = verify_mod.reference_output(abi, {**logical, out.name: np.zeros(out.shape)})
+    logical = arrays_mod.exact_logical(abi, np.random.default_rng(0))
+    expected = arrays_mod.reference_output(abi, {**logical, out.name: np.zeros(out.shape)})
     assert expected.coeff == 0.0 and expected.floor == 0.0  # proven exact: compared exactly
-    a = verify_mod.decode(dtype, logical[lhs.name])
-    b = verify_mod.decode(dtype, logical[rhs.name])
+    a = arrays_mod.decode(dtype, logical[lhs.name])
+    b = arrays_mod.decode(dtype, logical[rhs.name])
     for i, j, kk in ((0, 0, 0), (M - 1, N - 1, k - 1), (1, 5, k // 2)):
         got = expected.values.copy()
         got[0, i, j] -= a[0, i, kk] * b[0, kk, j]
-        ok, _, _, msg = verify_mod.compare_output(expected, got, "f32")
+        ok, _, _, msg = arrays_mod.compare_output(expected, got, "f32")
         assert not ok and msg.startswith("1 of"), msg

@@ -180,10 +180,10 @@ def _verify(
     if not isa_mod.host_supports(isa):
         return f"{isa} not verified (not supported here)", None
     try:
-        from morello_build import verify as verify_mod
+        from morello_build.harness import verify as verify_mod
     except ImportError as exc:  # asked to verify: never pass unverified
         raise GenerateError(
-            f"{kernel.abi.name}: cannot verify: importing morello_build.verify failed: {exc}"
+            f"{kernel.abi.name}: cannot verify: importing morello_build.harness.verify failed: {exc}"
         ) from None
     try:
         result = verify_mod.verify_kernel(kernel, compiler=compiler)

@@ -1,7 +1,7 @@
-"""Find a C compiler and build shared libraries or executables in a directory.
+"""Find a C compiler, choose its flags and build shared libraries or executables.
 
-Verification and benchmarking both compile generated C; keeping compiler discovery and
-error reporting here means a broken kernel fails the same, readable way in both.
+Verification and benchmarking both compile generated C; keeping compiler discovery, the
+flags and error reporting here means a kernel is built, and fails, the same way in both.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from morello_build.codegen.abi import GeneratedKernel
 from morello_build.errors import MorelloError
+from morello_build.machine.isa import ISA_FLAGS
+
+#: Warnings a verified kernel must compile without: the C users build must be clean.
+STRICT_WARNINGS: tuple[str, ...] = ("-Wall", "-Wextra", "-Werror")
 
 
 class CompilerNotFound(MorelloError):
@@ -27,6 +32,47 @@ class CompileError(MorelloError):
         super().__init__(f"{message}\ncommand: {' '.join(command)}\n{stderr.rstrip()}")
         self.command = tuple(command)
         self.stderr = stderr
+
+
+class IsaUnavailable(MorelloError):
+    """The host cannot execute code for this ISA, so the kernel cannot be run here."""
+
+    def __init__(self, isa: str) -> None:
+        super().__init__(f"this host cannot run {isa} code; kernel compiled but not executed")
+        self.isa = isa
+
+
+def kernel_flags(
+    isa: str | None,
+    *,
+    opt: str = "-O3",
+    strict: bool = False,
+    openmp: bool = False,
+    arch: Sequence[str] = (),
+) -> list[str]:
+    """The compile flags of generated or harness C: `opt`, the C dialect, the strict
+    warnings when `strict`, the flags enabling `isa` (None: no ISA flags), -fopenmp when
+    `openmp`. `arch` picks a CPU instead (`-march=...`, the loop nest peer's), placed
+    before the dialect as that peer has always been compiled."""
+    return [
+        opt,
+        *arch,
+        "-std=gnu99",
+        *(STRICT_WARNINGS if strict else ()),
+        *(ISA_FLAGS[isa] if isa is not None else ()),
+        *(["-fopenmp"] if openmp else []),
+    ]
+
+
+def uses_openmp(kernel: GeneratedKernel) -> bool:
+    """Whether the kernel's C has parallel loops (then it needs -fopenmp to build and link)."""
+    return "#pragma omp" in kernel.c_source
+
+
+def kernel_files(kernel: GeneratedKernel) -> dict[str, str]:
+    """The kernel's `<name>.c` and `<name>.h`, as the .c expects to include its header."""
+    name = kernel.abi.name
+    return {f"{name}.h": kernel.header, f"{name}.c": kernel.c_source}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,408 @@
+"""Time a generated kernel against peer libraries in one C harness.
+
+Why one harness: timings taken in different processes (or languages) differ by page
+placement, frequency ramps and call overhead. Here the kernel and every peer are linked into
+one executable, read the same 64-byte-aligned input buffers and are timed round-robin
+(the starting implementation rotates each round), so slow drifts hit them all alike.
+
+Protocol, per implementation: `WARMUP_SECONDS` of untimed calls (caches, page mappings,
+lazy library initialization, clock ramp); then the calibration doubles the repetition
+count until a timed block lasts a quarter of `SAMPLE_SECONDS`, scales it so one sample
+lasts about `SAMPLE_SECONDS`, re-measures once and rescales. Then
+``max(MIN_SAMPLES, min_time / SAMPLE_SECONDS)`` rounds each time one sample of every
+implementation with ``clock_gettime(CLOCK_MONOTONIC)``. A sample gives seconds per call; we
+report the median and the best. GFLOP/s uses `KernelABI.flops`.
+
+Before timing, the harness runs every implementation once from the same initial output and
+writes the results; they are checked against the numpy reference with the tolerance of
+`morello_build.harness.arrays`. A peer that disagrees is reported as skipped ("wrong result"),
+and a morello kernel that disagrees is an error: comparing wrong answers is worthless.
+
+With ``threads=1`` the harness pins itself to one CPU and sets every library to one thread
+(openblas_set_num_threads, MKL's sequential threading layer, OMP/MKL/OPENBLAS env vars).
+With more threads, MKL runs on GNU OpenMP (one runtime shared with OpenMP kernels) and
+thread pools spin only briefly after a call, since implementations alternate. The naive
+peer is always single-threaded. The peers themselves are `harness.peers`; the C of the
+harness is `templates/harness.c`; the report is `harness.report`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
+from morello_build.errors import MorelloError
+from morello_build.harness.arrays import (
+    STORAGE,
+    compare_output,
+    decode,
+    from_physical,
+    random_logical,
+    reference_output,
+    sentinel_fill,
+    to_physical,
+)
+from morello_build.harness.compile import (
+    Compiler,
+    IsaUnavailable,
+    compile_object,
+    find_compiler,
+    kernel_files,
+    kernel_flags,
+    link,
+    uses_openmp,
+    write_sources,
+)
+from morello_build.harness.csources import render
+from morello_build.harness.peers import (
+    ALL_PEERS,
+    COMPUTE_PEAKS,
+    HOST_NAIVE_ARCH,
+    MORELLO,
+    ONE_THREAD,
+    PEER_ISAS,
+    PEERS,
+    REFERENCES,
+    PeerImpl,
+    PeerLib,
+    c_call_args,
+    peer_isa_settings,
+    plan_peers,
+    reference_iters,
+)
+from morello_build.harness.report import (
+    BenchReport,
+    ImplResult,
+    parse_check,
+    parse_timing,
+    timed_result,
+)
+from morello_build.machine.isa import ISA_FLAGS, host_supports
+
+__all__ = ["BenchError", "bench_kernel"]
+
+SAMPLE_SECONDS = 0.015  # one timed sample lasts about this long
+MIN_SAMPLES = 5
+WARMUP_SECONDS = 0.05  # untimed calls per implementation before calibration
+
+
+class BenchError(MorelloError):
+    """The benchmark could not run, or the morello kernel computed a wrong result."""
+
+
+# --------------------------------------------------------------------------- C of the harness
+
+
+def harness_source(
+    abi: KernelABI, impls: Sequence[PeerImpl], thread_setup: str, one_thread: bool = False
+) -> str:
+    """The harness's main file (`templates/harness.c`): the buffers, one table entry per
+    implementation (the kernel first), `setup(threads)` and the check/time driver."""
+    out_index = next(i for i, op in enumerate(abi.operands) if not op.is_input)
+    nbytes = ", ".join(
+        f"{math.prod(op.shape) * np.dtype(STORAGE[op.dtype]).itemsize}UL" for op in abi.operands
+    )
+    # The kernel's run function lives in morello_bench_call.c so that its header never meets
+    # the libc headers here (a kernel may be named like a libc function, e.g. `bzero`). It is
+    # the table entry itself: every implementation is one indirect call away from the timing
+    # loop, as a caller of the kernel would be (docs/performance.md, "Harness notes").
+    parts = ["void morello_bench_run(void);"]
+    entries = [f'    {{"{MORELLO}", morello_bench_run, 0, 0}}']
+    if one_thread:
+        parts.append("void morello_bench_run1(void);")
+        entries.append(f'    {{"{ONE_THREAD}", morello_bench_run1, 0, 0}}')
+    first = len(entries)  # the kernel (and its one-thread kernel) come first
+    for i, impl in enumerate(impls, start=first):
+        if impl.decls:
+            parts.append(impl.decls)
+        parts.append(f"static void run_{i}(void) {{\n{impl.code}\n}}")
+        entries.append(f'    {{"{impl.name}", run_{i}, 0, {int(impl.reference)}}}')
+    table = ",\n".join(entries)
+    parts.append(f"static struct impl impls[] = {{\n{table}\n}};")
+    parts.append(f"#define N_IMPLS {len(entries)}")
+    setup = "".join(impl.setup.replace("IDX", str(i)) for i, impl in enumerate(impls, start=first))
+    parts.append(f"static void setup(int threads) {{\n{thread_setup}{setup}    (void)threads;\n}}")
+    return render(
+        "harness.c",
+        naive_prototype=replace(abi, name="morello_bench_naive").prototype(),
+        n_operands=len(abi.operands),
+        out_index=out_index,
+        accumulate=1 if (abi.op == "matmul" and abi.accumulate) else 0,
+        min_samples=MIN_SAMPLES,
+        warmup_seconds=repr(WARMUP_SECONDS),
+        nbytes=nbytes,
+        implementations="\n".join(parts),
+    )
+
+
+def call_source(abi: KernelABI, run: str) -> str:
+    """`void run(void)` calling the kernel on the harness buffers, in a file of its own so
+    the kernel's header never meets the harness's libc headers (see `harness_source`)."""
+    return render(
+        "call.c",
+        header=abi.name,
+        run=run,
+        kernel=abi.name,
+        args=c_call_args(abi, "morello_bench_buf"),
+    )
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _run(cmd: Sequence[str], env: dict[str, str], what: str) -> str:
+    try:
+        proc = subprocess.run(
+            list(cmd), capture_output=True, text=True, env=env, timeout=3600, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"benchmark harness timed out during {what}") from exc
+    if proc.returncode != 0:
+        raise BenchError(
+            f"benchmark harness failed during {what} (exit {proc.returncode}):\n"
+            f"{proc.stderr.strip()}"
+        )
+    return proc.stdout
+
+
+def _build(
+    cc: Compiler,
+    workdir: Path,
+    kernel: GeneratedKernel,
+    impls: Sequence[PeerImpl],
+    libs: Sequence[PeerLib],
+    thread_setup: str,
+    naive_arch: Sequence[str] = HOST_NAIVE_ARCH,
+    threads: int = 1,
+    one_thread: GeneratedKernel | None = None,
+) -> Path:
+    """Write and compile the kernel, the peers' own sources and the harness; link them
+    with the peer libraries into `workdir/morello_bench`."""
+    abi = kernel.abi
+    timed = {impl.name for impl in impls}
+    always = [p.source for p in PEERS.values() if p.source and p.source.always]
+    beside = [  # only when timed
+        p.source for p in PEERS.values() if p.source and not p.source.always and p.name in timed
+    ]
+    files = dict(kernel_files(kernel))
+    if one_thread is not None:
+        files |= kernel_files(one_thread)
+        files["morello_bench_call1.c"] = call_source(one_thread.abi, "morello_bench_run1")
+    files |= {src.file: src.render(abi) for src in always}
+    files["morello_bench_call.c"] = call_source(abi, "morello_bench_run")
+    files["morello_bench_harness.c"] = harness_source(
+        abi, impls, thread_setup, one_thread is not None
+    )
+    files |= {src.file: src.render(abi) for src in beside}
+    write_sources(workdir, files)
+    openmp = uses_openmp(kernel) or threads > 1
+    flags = {
+        "isa": kernel_flags(abi.isa, openmp=openmp),  # as the kernel
+        "arch": kernel_flags(None, arch=naive_arch),  # held to the kernel's ISA like the peers
+        "harness": kernel_flags(None, opt="-O2"),
+    }
+
+    def compile_file(name: str, kind: str) -> Path:
+        return compile_object(cc, workdir / name, flags=flags[kind])
+
+    objects = [
+        compile_file(f"{abi.name}.c", "isa"),
+        compile_file("morello_bench_call.c", "harness"),
+        *(compile_file(src.file, src.flags) for src in always),
+        compile_file("morello_bench_harness.c", "harness"),
+        *(compile_file(src.file, src.flags) for src in beside),
+    ]
+    if one_thread is not None:
+        objects.append(compile_file(f"{one_thread.abi.name}.c", "isa"))
+        objects.append(compile_file("morello_bench_call1.c", "harness"))
+    libargs = [a for lib in libs for a in lib.link_args]
+    return link(
+        cc,
+        objects,
+        workdir / "morello_bench",
+        shared=False,
+        flags=["-fopenmp"] if openmp else [],
+        libs=[*libargs, "-lm"],
+    )
+
+
+def _write_inputs(
+    abi: KernelABI, workdir: Path, seed: int
+) -> tuple[dict[str, NDArray[Any]], OperandABI]:
+    """Random inputs (as in verify) as raw physical files; returns the logical arrays."""
+    rng = np.random.default_rng(seed)
+    logical: dict[str, NDArray[Any]] = {}
+    out = next(op for op in abi.operands if not op.is_input)
+    for i, op in enumerate(abi.operands):
+        if op.is_input:
+            logical[op.name] = random_logical(op, rng)
+            to_physical(logical[op.name], op.order).tofile(workdir / f"in_{i}.bin")
+    accumulate = out.role == "inout" or (abi.op == "matmul" and abi.accumulate)
+    init = random_logical(out, rng) if accumulate else sentinel_fill(out, 0)
+    logical[out.name] = init
+    to_physical(init, out.order).tofile(workdir / "init.bin")
+    return logical, out
+
+
+def _check_one_thread(kernel: GeneratedKernel, one: GeneratedKernel, threads: int) -> None:
+    """`one` must compute what `kernel` does, on one thread, under another C name."""
+    if threads < 2:
+        raise ValueError("one_thread is the baseline of a threaded run: needs threads >= 2")
+    a, b = kernel.abi, one.abi
+    if replace(b, name=a.name, workspace_bytes=a.workspace_bytes) != a:
+        raise ValueError(
+            f"one_thread kernel {b.name!r} does not have the ABI of {a.name!r} "
+            "(the same Spec, target and layouts are needed)"
+        )
+    if b.name == a.name or b.name.startswith("morello_bench_"):
+        raise ValueError(
+            f"one_thread kernel needs a C name of its own (not {b.name!r}, the kernel's or "
+            "the harness's)"
+        )
+    if "#pragma omp" in one.c_source:
+        raise ValueError(
+            f"one_thread kernel {b.name!r} has parallel loops: synthesize it for 1 thread"
+        )
+
+
+def bench_kernel(
+    kernel: GeneratedKernel,
+    *,
+    peers: Sequence[str] | None = None,
+    threads: int = 1,
+    min_time: float = 0.5,
+    compiler: str | None = None,
+    seed: int = 0,
+    peer_isa: str = "kernel",
+    one_thread: GeneratedKernel | None = None,
+) -> BenchReport:
+    """Benchmark `kernel` against `peers` (default: all of `ALL_PEERS`).
+
+    `min_time` is the minimum total timed seconds per implementation (at least
+    `MIN_SAMPLES` samples of ~`SAMPLE_SECONDS` each). Peers that are missing, cannot express
+    the kernel, or compute a wrong result are reported as skipped with the reason.
+    `peer_isa="kernel"` holds the peers to the kernel's ISA (`PEER_ISA_LIMITS`); "host"
+    lets them use everything this machine has.
+    `one_thread`: with `threads` > 1, the same Spec synthesized for one thread, timed
+    beside the kernel as `ONE_THREAD` (never a peer); `BenchReport.scaling` is then the
+    kernel's speed-up over it.
+    """
+    if peer_isa not in PEER_ISAS:
+        raise ValueError(f"peer_isa must be one of {PEER_ISAS}, got {peer_isa!r}")
+    abi = kernel.abi
+    if threads < 1:
+        raise ValueError("threads must be >= 1")
+    if abi.isa not in ISA_FLAGS:
+        raise ValueError(f"kernel {abi.name}: unknown ISA {abi.isa!r}")
+    if not host_supports(abi.isa):
+        raise IsaUnavailable(abi.isa)
+    if abi.name.startswith("morello_bench_"):
+        raise BenchError(
+            f"kernel name {abi.name!r}: names starting with 'morello_bench_' are the "
+            "benchmark harness's own; choose another --name"
+        )
+    if one_thread is not None:
+        _check_one_thread(kernel, one_thread, threads)
+    wanted = list(ALL_PEERS if peers is None else peers)
+    cc = find_compiler(compiler)
+    impls, skipped, libs, thread_setup = plan_peers(abi, wanted, threads)
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    if threads == 1:
+        env["MKL_THREADING_LAYER"] = "SEQUENTIAL"
+    else:
+        # Round-robin timing alternates thread pools; a pool that keeps spinning after its
+        # call (Intel OpenMP spins 200 ms by default) would steal cores from the next one.
+        # MKL uses the GNU OpenMP layer so that it shares one runtime with OpenMP kernels.
+        env.update(
+            MKL_THREADING_LAYER="GNU",
+            KMP_BLOCKTIME="0",
+            GOMP_SPINCOUNT="10000",
+            OPENBLAS_THREAD_TIMEOUT="4",
+        )
+
+    limit_env, naive_arch = peer_isa_settings(abi.isa, peer_isa)
+    env.update(limit_env)
+    peer_limit = " ".join(f"{k}={v}" for k, v in limit_env.items())
+    if naive_arch != HOST_NAIVE_ARCH:
+        peer_limit += f", naive {' '.join(naive_arch)}"
+
+    with tempfile.TemporaryDirectory(prefix="morello-bench-") as tmp:
+        workdir = Path(tmp)
+        exe = _build(
+            cc, workdir, kernel, impls, libs, thread_setup, naive_arch, threads, one_thread
+        )
+        logical, out = _write_inputs(abi, workdir, seed)
+        expected = reference_output(abi, logical)
+
+        one_thread_name = one_thread.abi.name if one_thread is not None else ""
+        # 1. Check every implementation once against numpy.
+        stdout = _run([str(exe), "check", tmp, str(threads)], env, "the correctness check")
+        passed: list[str] = []
+        for line in parse_check(stdout):
+            if line.word == "skip":
+                skipped[line.name] = line.reason
+            elif line.word == "reference":
+                passed.append(line.name)
+            else:
+                name = line.name
+                raw = np.fromfile(workdir / f"out_{name}.bin", dtype=STORAGE[out.dtype])
+                phys = raw.reshape(tuple(out.shape[d] for d in out.order))
+                got = decode(out.dtype, from_physical(phys, out.order))
+                ok, _, max_rel, msg = compare_output(expected, got, out.dtype)
+                if ok:
+                    passed.append(name)
+                elif name in (MORELLO, ONE_THREAD):
+                    which = abi.name if name == MORELLO else f"{name} ({one_thread_name})"
+                    raise BenchError(f"kernel {which} computed a wrong result: {msg}")
+                else:
+                    skipped[name] = f"wrong result ({msg})"
+        if MORELLO not in passed:
+            raise BenchError(f"kernel {abi.name} was not run by the harness")
+
+        # 2. Time the ones that passed, round-robin.
+        stdout = _run(
+            [str(exe), "time", tmp, str(threads), repr(SAMPLE_SECONDS), repr(min_time), *passed],
+            env,
+            "timing",
+        )
+    samples, reps = parse_timing(stdout, passed)
+
+    def timed(name: str) -> ImplResult:
+        peak = name in COMPUTE_PEAKS  # counts its own flops, not the kernel's
+        flops = reference_iters(name, abi.isa, abi.flops, threads)[1] if peak else abi.flops
+        return timed_result(name, samples[name], reps.get(name, 0), flops)
+
+    results = [timed(MORELLO)]
+    for name in wanted:
+        results.append(timed(name) if name in passed else ImplResult(name, skipped=skipped[name]))
+    if one_thread is not None:
+        results.append(timed(ONE_THREAD))
+    not_peers = (*REFERENCES, ONE_THREAD)
+    timed_peers = [r for r in results[1:] if r.skipped is None and r.name not in not_peers]
+    best = min(timed_peers, key=lambda r: r.seconds, default=None)
+    ratio = best.seconds / results[0].seconds if best is not None else None
+    return BenchReport(
+        spec=kernel.spec_text,
+        kernel=abi.name,
+        target=abi.isa,
+        threads=threads,
+        flops=abi.flops,
+        compiler=cc.name,
+        results=tuple(results),
+        best_peer=best.name if best else None,
+        ratio=ratio,
+        peer_limit=peer_limit,
+        tune=kernel.tune,
+    )

@@ -1,0 +1,197 @@
+"""The benchmark's results: what the harness prints, parsed, and the report made of it
+(a table for people, JSON for scripts).
+
+The harness (`harness.bench`) prints one line per event: ``skip NAME REASON``, ``reference
+NAME`` and ``checked NAME`` (its output is in ``out_NAME.bin``) in check mode; ``reps NAME
+N`` and ``sample NAME SECONDS`` (seconds per call) in time mode.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from morello_build.harness.peers import AMX_PEAK, FMA_PEAK, ONE_THREAD, STREAM_READ
+from morello_build.machine.target import tune_note
+
+
+@dataclass(frozen=True)
+class ImplResult:
+    """Timing of one implementation, or the reason it was not timed."""
+
+    name: str
+    seconds: float = math.nan  # median seconds per call
+    seconds_best: float = math.nan
+    gflops: float = math.nan  # at the median time
+    gflops_best: float = math.nan
+    samples: int = 0
+    reps: int = 0  # calls per sample
+    skipped: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.skipped is not None:
+            return {"name": self.name, "skipped": self.skipped}
+        return {
+            "name": self.name,
+            "gflops": self.gflops,
+            "gflops_best": self.gflops_best,
+            "seconds": self.seconds,
+            "seconds_best": self.seconds_best,
+            "samples": self.samples,
+            "reps": self.reps,
+        }
+
+
+#: What `format_table` calls each reference when it prints the kernel's share of it.
+_REFERENCE_LINES = {
+    FMA_PEAK: "the register FMA peak timed beside it",
+    AMX_PEAK: "the AMX tile peak timed beside it",
+    STREAM_READ: "the speed of a streaming read of B",
+}
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """All results of one benchmark run; `ratio` > 1 means morello beats the best peer."""
+
+    spec: str
+    kernel: str
+    target: str
+    threads: int
+    flops: int
+    compiler: str
+    results: tuple[ImplResult, ...]
+    best_peer: str | None
+    ratio: float | None  # best peer median seconds / morello median seconds
+    peer_limit: str = ""  # how the peers were held to the kernel's ISA ("" = not at all)
+    tune: str = "generic"  # the kernel's tuning (`GeneratedKernel.tune`)
+
+    def result(self, name: str) -> ImplResult:
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec,
+            "kernel": self.kernel,
+            "target": self.target,
+            "tune": self.tune,
+            "threads": self.threads,
+            "flops": self.flops,
+            "compiler": self.compiler,
+            "results": [r.to_json() for r in self.results],
+            "best_peer": self.best_peer,
+            "ratio": self.ratio,
+            "peer_limit": self.peer_limit,
+            "scaling": self.scaling,
+        }
+
+    def format_table(self) -> str:
+        lines = [
+            f"spec: {self.spec}",
+            f"kernel {self.kernel}, target {self.target}{tune_note(self.tune)}, "
+            f"{self.threads} thread(s), "
+            f"{self.flops} flop/call, {self.compiler}",
+            f"peers: {self.peer_limit or 'all of this host'}",
+            f"{'implementation':<16}{'GFLOP/s med':>12}{'GFLOP/s best':>13}{'us/call med':>13}"
+            f"{'samples':>9}",
+        ]
+        for r in self.results:
+            if r.skipped is not None:
+                lines.append(f"{r.name:<16}skipped: {r.skipped}")
+            else:
+                lines.append(
+                    f"{r.name:<16}{r.gflops:>12.2f}{r.gflops_best:>13.2f}"
+                    f"{r.seconds * 1e6:>13.4g}{r.samples:>9d}"
+                )
+        if self.best_peer is not None and self.ratio is not None:
+            lines.append(f"morello-build / best peer ({self.best_peer}): {self.ratio:.3f}x")
+        else:
+            lines.append("no peer could be timed")
+        if self.scaling is not None:
+            lines.append(
+                f"morello-build / {ONE_THREAD} (its one-thread kernel, timed beside it): "
+                f"{self.scaling:.3f}x on {self.threads} threads"
+            )
+        for name, what in _REFERENCE_LINES.items():
+            share = self.share_of(name)
+            if share is not None:
+                lines.append(f"morello-build / {name}: {share:.0%} of {what}")
+        return "\n".join(lines)
+
+    def _timed_pair(self, name: str) -> tuple[ImplResult, ImplResult] | None:
+        """(the kernel's result, `name`'s) when both were timed, else None."""
+        other = next((r for r in self.results if r.name == name), None)
+        if other is None or other.skipped is not None or self.results[0].skipped is not None:
+            return None
+        return self.results[0], other
+
+    @property
+    def scaling(self) -> float | None:
+        """The threaded kernel's speed over its one-thread kernel's, timed side by side
+        (`bench_kernel(one_thread=...)`), or None."""
+        pair = self._timed_pair(ONE_THREAD)
+        return pair[1].seconds / pair[0].seconds if pair else None
+
+    def share_of(self, reference: str) -> float | None:
+        """The kernel's GFLOP/s over a timed reference's (`FMA_PEAK`, `AMX_PEAK`: the
+        fraction of the compute peak; `STREAM_READ`: of the bandwidth bound), or None if it
+        was not timed."""
+        pair = self._timed_pair(reference)
+        if pair is None:
+            return None
+        mine, ref = pair
+        if reference == STREAM_READ:  # same bytes of B per call: a ratio of times
+            return ref.seconds / mine.seconds
+        return mine.gflops / ref.gflops
+
+
+@dataclass(frozen=True)
+class CheckLine:
+    """One line of the harness's check run."""
+
+    word: str  # "skip" | "reference" | "checked"
+    name: str
+    reason: str = ""  # why skipped
+
+
+def parse_check(stdout: str) -> list[CheckLine]:
+    """The check run's lines in the harness's order (other lines are ignored)."""
+    lines = []
+    for line in stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "skip":
+            name, _, reason = rest.partition(" ")
+            lines.append(CheckLine(word, name, reason))
+        elif word in ("reference", "checked"):
+            lines.append(CheckLine(word, rest.strip()))
+    return lines
+
+
+def parse_timing(
+    stdout: str, names: Sequence[str]
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """(seconds per call of each sample, calls per sample) per implementation of `names`."""
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    reps: dict[str, int] = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "sample":
+            samples[parts[1]].append(float(parts[2]))
+        elif len(parts) == 3 and parts[0] == "reps":
+            reps[parts[1]] = int(parts[2])
+    return samples, reps
+
+
+def timed_result(name: str, samples: Sequence[float], reps: int, flops: int) -> ImplResult:
+    """The median and best of `samples` (seconds per call of `flops`)."""
+    if not samples:
+        return ImplResult(name, skipped="harness produced no samples")
+    med, best = statistics.median(samples), min(samples)
+    gf_med, gf_best = (flops / t / 1e9 if t > 0 else math.inf for t in (med, best))
+    return ImplResult(name, med, best, gf_med, gf_best, len(samples), reps)
