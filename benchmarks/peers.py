@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 
 from morello_build.api import cache_target_id
-from morello_build.machine.isa import host_supports, native_isa, native_tune
+from morello_build.machine.isa import ISA, host_supports, native_isa, native_tune
 from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.machine.target import TUNINGS, get_target
 
@@ -72,7 +72,6 @@ DEFAULT_SHAPES = (
 )
 PEERS = ("openblas", "mkl", "mkl-jit", "naive")
 MORELLO = "morello-build"
-LANES = {"amx": 16, "avx512": 16, "avx2": 8}
 #: Shapes per target when --shapes is not given: the amx target differs from avx512 only
 #: in its bf16 GEMM kernel (AMX tiles), so it gets the bf16 rows.
 TARGET_SHAPES = {"amx": "bf16:256,bf16:1x2048x16384"}
@@ -626,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     in_file = sorted({split_target(k.split("/", 1)[0])[0] for k in results})
     dpbf16_rows = any(_row_peak_key(k) == DPBF16_PEAK for k in results)
     if args.ghz is not None:
-        peaks = {t: 2 * LANES[t] * 2 * args.ghz for t in in_file}
+        peaks = {t: 2 * ISA[t].f32_lanes * 2 * args.ghz for t in in_file}
         how = f"formula at {args.ghz:.2f} GHz (2 FMA x lanes x 2 flops x GHz)"
         if "amx" in in_file:  # 1024 bf16 flops per cycle: a 16x16x32 tdpbf16ps per 16 cycles
             peaks["amx-bf16"] = 1024 * args.ghz

@@ -30,7 +30,7 @@ from typing import NamedTuple
 from morello_build.codegen.abi import KernelABI, OperandABI
 from morello_build.codegen.context import HELPERS
 from morello_build.harness.csources import render
-from morello_build.machine.isa import native_isa
+from morello_build.machine.isa import ISA, ISA_LIST, native_isa
 
 #: `bench_kernel(peer_isa=...)` choices: "kernel" holds the peers to the kernel's ISA
 #: (`PEER_ISA_LIMITS`: all of them when it is older than the host's best, else only
@@ -457,12 +457,9 @@ def _plan_mkl_jit(abi: KernelABI, threads: int) -> PeerImpl | str:
 # --------------------------------------------------------------------------- the loop nest
 
 NAIVE = "naive"
-#: -march of the loop nest per kernel ISA when held to it, and when not (`peer_isa_settings`).
-_NAIVE_ARCH = {
-    "avx512": ("-march=cooperlake",),
-    "avx2": ("-march=haswell",),
-    "x86-64": ("-march=x86-64",),
-}
+#: -march of the loop nest per kernel ISA when held to it (`Isa.reference_cpu`), and when not
+#: (`peer_isa_settings`).
+_NAIVE_ARCH = {i.name: (f"-march={i.reference_cpu}",) for i in ISA_LIST if i.reference_cpu}
 HOST_NAIVE_ARCH = ("-march=native",)
 
 
@@ -546,10 +543,6 @@ def _plan_stream_read(abi: KernelABI, threads: int) -> PeerImpl | str:
     )
 
 
-#: Register FMAs per loop iteration and f32 lanes, by the vectors the kernel's flags allow:
-#: enough independent accumulators to cover FMA latency x FMA units (docs/performance.md).
-#: ISA fact: lead folds into machine.isa.Isa
-FMA_SHAPE = {"avx512": (24, 16), "amx": (24, 16), "avx2": (12, 8)}
 #: Fewest loop iterations per call of the FMA reference (per thread): ~25k cycles, so a
 #: call's overhead (and a parallel region's start) stays small beside it for tiny kernels.
 _FMA_MIN_ITERS = 4096
@@ -559,11 +552,18 @@ _AMX_ITER_FLOPS = 4 * 16 * 16 * 32 * 2
 _AMX_MIN_ITERS = 400
 
 
+def _fma_probe(isa: str) -> tuple[int, int]:
+    """(register FMAs per loop iteration, f32 lanes) of the FMA reference (`Isa.fma_probe`)."""
+    probe = ISA[isa].fma_probe
+    assert probe is not None, f"{isa} has no vector FMA"
+    return probe
+
+
 def fma_source(isa: str) -> str:
     """C of the FMA reference for `isa`: each call runs `iters` iterations of independent
     register FMAs on `threads` threads. The loop is one asm statement that first zeroes its
     registers, so no compiler choice and no denormal input can change what is timed."""
-    n, lanes = FMA_SHAPE[isa]
+    n, lanes = _fma_probe(isa)
     reg, a, b, clear = ("zmm", 30, 31, "vpxord") if lanes == 16 else ("ymm", 14, 15, "vxorps")
     regs = [*range(n), a, b]
     lines = [f"{clear} %%{reg}{r}, %%{reg}{r}, %%{reg}{r}" for r in regs]
@@ -589,7 +589,7 @@ def reference_iters(name: str, isa: str, flops: int, threads: int) -> tuple[int,
     if name == AMX_PEAK:
         per_iter, least = _AMX_ITER_FLOPS, _AMX_MIN_ITERS
     else:
-        n, lanes = FMA_SHAPE[isa]
+        n, lanes = _fma_probe(isa)
         per_iter, least = n * lanes * 2, _FMA_MIN_ITERS
     iters = max(least, -(-flops // (per_iter * threads)))  # >= 1: the loops are do-while
     return iters, iters * per_iter * threads
@@ -649,7 +649,9 @@ def _peers() -> dict[str, Peer]:
                 FMA_PEAK,
                 "morello_bench_fma",
                 lambda isa: (
-                    None if isa in FMA_SHAPE else f"the kernel's ISA ({isa}) has no vector FMA"
+                    None
+                    if ISA[isa].fma_probe is not None
+                    else f"the kernel's ISA ({isa}) has no vector FMA"
                 ),
             ),
             source=fma_file,

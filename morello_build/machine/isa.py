@@ -57,6 +57,9 @@ class Isa:
     register_rows: tuple[int, ...] = ()
     #: (accumulators, f32 lanes) of the benchmark's peak-FMA loop; None: no vector FMA.
     fma_probe: tuple[int, int] | None = None
+    #: `-march` CPU of the oldest processor of the level: benchmark peers held to the
+    #: kernel's ISA compile for it (None: never held, e.g. amx is only the host's best).
+    reference_cpu: str | None = None
 
     def __post_init__(self) -> None:
         def bad(why: str) -> ValueError:
@@ -127,6 +130,7 @@ X86_64 = Isa(
     vector_registers=16,
     vrf_registers=0,
     l2_lines=0,
+    reference_cpu="x86-64",
     hit_cost=(0, 0, 2, 3, 20),
     par_setup=230_000,
     par_per_iter=60,
@@ -142,6 +146,7 @@ AVX2 = dataclasses.replace(
     vrf_registers=16,
     register_rows=(6,),
     fma_probe=(12, 8),
+    reference_cpu="haswell",
 )
 _AVX512_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 AVX512 = Isa(
@@ -159,6 +164,7 @@ AVX512 = Isa(
     par_per_iter=60,
     register_rows=(12,),
     fma_probe=(24, 16),
+    reference_cpu="cooperlake",
 )
 #: AVX-512 plus the tile unit: the same machine model; the AMX kernels check `isa == "amx"`.
 #: `cpu_supports` is only the AVX-512 part: gcc 12 knows "amx-tile"/"amx-bf16" there but
@@ -170,6 +176,7 @@ AMX = dataclasses.replace(
     compile_flags=(*AVX512.compile_flags, "-mamx-tile", "-mamx-bf16"),
     cpu_flags=(*AVX512.cpu_flags, "amx_tile", "amx_bf16"),
     runtime_helper=("morello_cpu_has_amx", _AMX_CHECK_C),
+    reference_cpu=None,
 )
 
 #: Every level, best first.
