@@ -6,8 +6,9 @@ program by indexing the list again (`search.persistent`). So the list must be th
 every process, and its order must follow the rule `actions/enumerate.py` documents:
 moves, tilings, splits, kernels, to_accum.
 
-Only `actions_for`, `get_target`, `parse_spec` and the level table are imported, so these
-tests outlive moves of the kernel registry (kernel names are stable)."""
+Beyond IR names, only `actions_for`, `get_target` and `parse_spec` are imported (actions are
+told apart by type name), so these tests outlive moves of the kernel registry (kernel
+names are stable)."""
 
 from __future__ import annotations
 
