@@ -311,7 +311,7 @@ def parse_layout(text: str, shape: tuple[int, ...]) -> Layout:
         dims.append(_parse_physdim(part, len(shape)))
     contig = len(dims)
     if tail:
-        if not (tail.startswith("c") and tail[1:].isdigit()):
+        if not (tail.startswith("c") and _is_digits(tail[1:])):
             raise ValueError(f"bad contiguity suffix {tail!r} in layout {text!r}")
         contig = int(tail[1:])
         if contig > len(dims):
@@ -330,10 +330,15 @@ def parse_layout(text: str, shape: tuple[int, ...]) -> Layout:
     return canon
 
 
+def _is_digits(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also accepts '²' and full-width digits."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_physdim(part: str, rank: int) -> PhysDim:
     digits = ""
     i = 0
-    while i < len(part) and part[i].isdigit():
+    while i < len(part) and _is_digits(part[i]):
         digits += part[i]
         i += 1
     if not digits:
@@ -345,7 +350,7 @@ def _parse_physdim(part: str, rank: int) -> PhysDim:
     if not rest:
         return _dyn(axis)
     for tag, kind in (("oe", ODDEVEN), ("p", PACKED)):
-        if rest.startswith(tag) and rest[len(tag) :].isdigit():
+        if rest.startswith(tag) and _is_digits(rest[len(tag) :]):
             return PhysDim(axis, kind, int(rest[len(tag) :]))
     raise ValueError(f"bad physical dim {part!r}")
 

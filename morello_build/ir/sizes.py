@@ -28,7 +28,7 @@ MAX_MATMUL_MACS = 2**48
 
 LIMITS_DOC = "docs/limits.md"
 
-_DIGITS = re.compile(r"\s*[+-]?\d+\s*")
+_DIGITS = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
 def show_number(text: str) -> str:

@@ -58,7 +58,7 @@ def _split_top(text: str) -> list[str]:
 
 def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
     t = text.strip().lower()
-    if not re.fullmatch(r"-?\d+(x-?\d+)*", t):
+    if not re.fullmatch(r"-?[0-9]+(x-?[0-9]+)*", t):
         raise SpecError(f"malformed {what} {_show(text)}; expected dimensions like 64x64x64")
     parts = t.split("x")
     for p in parts:
@@ -91,8 +91,12 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     level = parse_level(fields[1])
     layout_text, vs_text = "row", None
     rest = fields[2:]
-    if rest and rest[-1].strip().isdigit():
+    if rest and rest[-1].strip().isascii() and rest[-1].strip().isdigit():
         vs_text = rest.pop().strip()
+    if len(rest) > 1:  # e.g. `row:junk`: a second layout or a vector size that is not a number
+        raise SpecError(
+            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:vector_size]"
+        )
     if rest:
         layout_text = rest[0].strip()
     if level is Level.RF:
