@@ -532,11 +532,10 @@ def test_build_step_uses_the_configured_tuning(
     """Configure resolves `target = "native"` to this host's ISA and tuning; the build step
     must synthesize with that tuning, not the ISA's generic one (here the host is made to
     look like a Zen 4)."""
-    from morello_build.integration.commands import generate_main
-    from morello_build.integration.commands import build_main
-    from morello_build.machine import x86
+    from morello_build.integration.commands import build_main, generate_main
+    from morello_build.machine import target
 
-    monkeypatch.setattr(x86, "native_tune", lambda: "zen4")
+    monkeypatch.setattr(target, "native_tune", lambda: "zen4")
     cfg = _write(tmp_path, MM_TOML, "morello.toml")
     out_dir = tmp_path / "o"
     info = tmp_path / "info.cmake"
@@ -570,8 +569,7 @@ def test_build_step_failure_lets_running_kernels_finish(
 
     from morello_build import api
     from morello_build.errors import SpecError
-    from morello_build.integration.commands import generate_main
-    from morello_build.integration.commands import build_main
+    from morello_build.integration.commands import build_main, generate_main
 
     real = api.synthesize_kernel
 
