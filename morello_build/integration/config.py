@@ -1,8 +1,10 @@
-"""Kernel declarations: the ``[tool.morello]`` / ``morello.toml`` schema and its loader.
+"""Kernel declarations: the loader of ``[tool.morello]`` / ``morello.toml``.
 
 The build step, CMake and the Python module generator all start from these immutable
 declarations, so every mistake in a declaration is caught here once, with a one-line message
-that names the file, the kernel, the key, what was expected and what was found.
+that names the file, the kernel, the key, what was expected and what was found. The loader
+checks a document against the model of the declarations (`config_model`, also the source of
+the JSON schema and the docs table), then normalizes each kernel into a `KernelDecl`.
 """
 
 from __future__ import annotations
@@ -205,7 +207,6 @@ def parse_config(
 
     top_values = _check_table(section, MorelloTable, top_err, kernel_table)
     kernel_tables: list[KernelTable] = []
-    kernels: list[KernelDecl] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(top_values["kernel"], start=1):
         table = _parse_kernel(raw, index, kernel_label, kernel_table)
@@ -239,7 +240,7 @@ def _check_table(
     for name in table:
         if name not in names:
             raise err(name, f"unknown key (expected one of: {', '.join(names)})")
-    last_input = {c: max(names.index(n) for n in c.keys) for c in model.CHECKS}
+    checks = [(max(names.index(n) for n in c.keys), c) for c in model.CHECKS]
     values: dict[str, Any] = {}
     for position, k in enumerate(keys):
         for group in model.EXCLUSIVE:
@@ -261,8 +262,8 @@ def _check_table(
                 if problem:
                     raise err(k.name, problem)
             values[k.name] = value
-        for check, last in last_input.items():
-            if last == position:
+        for last_input, check in checks:
+            if last_input == position:
                 problem = check.problem(values)
                 if problem:
                     raise err(check.report, problem)
