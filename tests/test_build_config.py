@@ -533,9 +533,9 @@ def test_build_step_uses_the_configured_tuning(
     must synthesize with that tuning, not the ISA's generic one (here the host is made to
     look like a Zen 4)."""
     from morello_build.integration.commands import build_main, generate_main
-    from morello_build.machine import x86
+    from morello_build.machine import target
 
-    monkeypatch.setattr(x86, "native_tune", lambda: "zen4")
+    monkeypatch.setattr(target, "native_tune", lambda: "zen4")
     cfg = _write(tmp_path, MM_TOML, "morello.toml")
     out_dir = tmp_path / "o"
     info = tmp_path / "info.cmake"

@@ -1,8 +1,10 @@
-"""Kernel declarations: the ``[tool.morello]`` / ``morello.toml`` schema and its loader.
+"""Kernel declarations: the loader of ``[tool.morello]`` / ``morello.toml``.
 
 The build step, CMake and the Python module generator all start from these immutable
 declarations, so every mistake in a declaration is caught here once, with a one-line message
-that names the file, the kernel, the key, what was expected and what was found.
+that names the file, the kernel, the key, what was expected and what was found. The loader
+checks a document against the model of the declarations (`config_model`, also the source of
+the JSON schema and the docs table), then normalizes each kernel into a `KernelDecl`.
 """
 
 from __future__ import annotations
@@ -16,55 +18,48 @@ from typing import Any
 
 from morello_build.codegen.abi import OperandABI
 from morello_build.errors import MorelloError
-from morello_build.ir.sizes import (
-    LIMITS_DOC,
-    MAX_DIM,
-    dim_problem,
-    matmul_size_problem,
-    with_doc,
+from morello_build.integration.config_model import (
+    DTYPE_TRIPLES,
+    DTYPES,
+    LAYOUTS,
+    MAX_THREADS,
+    OPS,
+    TABLE_PLACEHOLDER,
+    TARGETS,
+    TUNES,
+    KernelTable,
+    MorelloTable,
+    conforms,
+    expected_text,
+    missing_text,
+    model_keys,
+    toml_repr,
 )
-from morello_build.machine.target import TUNES as TARGET_TUNES
+from morello_build.ir.sizes import LIMITS_DOC, MAX_DIM
 from morello_build.names import kernel_name_problem, show_name
-from morello_build.user_code import SCHEDULE_REF
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-#: ISA names a declaration may use; "native" is resolved on the building machine.
-TARGETS: tuple[str, ...] = ("native", "amx", "avx512", "avx2", "x86-64")
-#: Cost-model tunings a declaration may ask for (`machine.target.TUNES`, plus "native": the
-#: building machine's). Unset: "native" for `target = "native"`, else "generic".
-TUNES: tuple[str, ...] = ("native", *TARGET_TUNES)
-#: Element types of a matmul's inputs; the output is always f32.
-DTYPES: tuple[str, ...] = ("f32", "bf16")
-LAYOUTS: tuple[str, ...] = ("row", "col")
-OPS: tuple[str, ...] = ("matmul",)
-
-#: Supported (lhs, rhs, out) dtype triples.
-_DTYPE_TRIPLES: dict[tuple[str, str, str], str] = {
-    ("f32", "f32", "f32"): "f32",
-    ("bf16", "bf16", "f32"): "bf16",
-}
-
-_TOP_KEYS = ("target", "tune", "verify", "kernel")
-_KERNEL_KEYS = (
-    "name",
-    "op",
-    "shape",
-    "dtype",
-    "dtypes",
-    "layouts",
-    "accumulate",
-    "threads",
-    "target",
-    "tune",
-    "schedule",
-)
-
-#: Most threads a kernel may use (declarations and the command line alike).
-MAX_THREADS = 1024
+__all__ = [
+    "DTYPES",
+    "LAYOUTS",
+    "MAX_THREADS",
+    "OPS",
+    "TARGETS",
+    "TUNES",
+    "ConfigError",
+    "KernelDecl",
+    "MorelloConfig",
+    "decl_operands",
+    "isa_ident",
+    "load_config",
+    "parse_config",
+    "resolve_targets",
+    "toml_repr",
+]
 
 
 class ConfigError(MorelloError):
@@ -145,19 +140,6 @@ def isa_ident(isa_name: str) -> str:
     return isa_name.replace("-", "_")
 
 
-def toml_repr(value: object) -> str:
-    """Render a parsed TOML value the way the user wrote it, for error messages."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):  # escaped and shortened: messages stay one line
-        return show_name(value, limit=60)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_repr(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {toml_repr(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
 def load_config(path: str | Path) -> MorelloConfig:
     """Read and validate a pyproject.toml ([tool.morello]) or a standalone morello.toml."""
     p = Path(path)
@@ -218,199 +200,118 @@ def parse_config(
     standalone = table_name == "morello"
     top_label = display if standalone else f"{display}: [{table_name}]"
     kernel_label = f"{display}: [kernel]" if standalone else f"{display}: [{table_name}.kernel]"
-
-    for key in section:
-        if key not in _TOP_KEYS:
-            raise ConfigError(
-                f"{top_label}: {key}: unknown key (expected one of: {', '.join(_TOP_KEYS)})"
-            )
-
-    targets = _parse_targets(
-        section.get("target", "native"), lambda m: _top_err(top_label, "target", m)
-    )
-    tune = _parse_tune(section.get("tune"), lambda m: _top_err(top_label, "tune", m))
-    verify = section.get("verify", True)
-    if not isinstance(verify, bool):
-        raise _top_err(top_label, "verify", f"expected true or false, got {toml_repr(verify)}")
-
-    kernels_raw = section.get("kernel")
     kernel_table = "[[kernel]]" if standalone else f"[[{table_name}.kernel]]"
-    if kernels_raw is None:
-        raise _top_err(top_label, "kernel", f"expected at least one {kernel_table} table, got none")
-    if not isinstance(kernels_raw, list) or not all(isinstance(k, dict) for k in kernels_raw):
-        raise _top_err(
-            top_label,
-            "kernel",
-            f"expected an array of {kernel_table} tables, got {toml_repr(kernels_raw)}",
-        )
-    if not kernels_raw:
-        raise _top_err(top_label, "kernel", f"expected at least one {kernel_table} table, got none")
 
-    kernels: list[KernelDecl] = []
+    def top_err(key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{top_label}: {key}: {msg}")
+
+    top_values = _check_table(section, MorelloTable, top_err, kernel_table)
+    kernel_tables: list[KernelTable] = []
     seen: dict[str, int] = {}
-    for index, table in enumerate(kernels_raw, start=1):
-        decl = _parse_kernel(table, index, targets, kernel_label, tune)
-        if decl.name in seen:
+    for index, raw in enumerate(top_values["kernel"], start=1):
+        table = _parse_kernel(raw, index, kernel_label, kernel_table)
+        if table.name in seen:
             raise ConfigError(
-                f'{kernel_label} "{decl.name}": name: duplicate kernel name '
-                f"(kernels #{seen[decl.name]} and #{index})"
+                f'{kernel_label} "{table.name}": name: duplicate kernel name '
+                f"(kernels #{seen[table.name]} and #{index})"
             )
-        seen[decl.name] = index
-        kernels.append(decl)
-    return MorelloConfig(path=path, targets=targets, verify=verify, kernels=tuple(kernels))
+        seen[table.name] = index
+        kernel_tables.append(table)
+    top = MorelloTable(**{**_frozen(top_values), "kernel": tuple(kernel_tables)})
+    targets = _targets(top.target)
+    kernels = [_declaration(k, targets, top.tune) for k in top.kernel]
+    return MorelloConfig(path=path, targets=targets, verify=top.verify, kernels=tuple(kernels))
 
 
-def _top_err(label: str, key: str, msg: str) -> ConfigError:
-    return ConfigError(f"{label}: {key}: {msg}")
+def _check_table(
+    table: Mapping[str, Any],
+    model: type[MorelloTable] | type[KernelTable],
+    err: Callable[[str, str], ConfigError],
+    kernel_table: str,
+) -> dict[str, Any]:
+    """The values of a parsed TOML table for the keys of `model`, defaults filled in.
+
+    Keys are checked in the model's order, each fully (type and allowed values, then its
+    rules) before the next, so the first problem reported is the same whatever else is
+    wrong; `err(key, message)` is raised for it. Values stay as parsed (lists, not tuples).
+    """
+    keys = model_keys(model)
+    names = [k.name for k in keys]
+    for name in table:
+        if name not in names:
+            raise err(name, f"unknown key (expected one of: {', '.join(names)})")
+    checks = [(max(names.index(n) for n in c.keys), c) for c in model.CHECKS]
+    values: dict[str, Any] = {}
+    for position, k in enumerate(keys):
+        for group in model.EXCLUSIVE:
+            if k.name == group[0] and all(n in table for n in group):
+                raise err(group[-1], f"give either {' or '.join(group)}, not both")
+        if k.name not in table:
+            if k.required:
+                raise err(k.name, missing_text(k).replace(TABLE_PLACEHOLDER, kernel_table))
+            values[k.name] = k.default
+        else:
+            value = table[k.name]
+            if not conforms(value, k.type, k.info):
+                expected = expected_text(k).replace(TABLE_PLACEHOLDER, kernel_table)
+                raise err(k.name, f"expected {expected}, got {toml_repr(value)}")
+            if k.info.nonempty and not value:
+                raise err(k.name, missing_text(k).replace(TABLE_PLACEHOLDER, kernel_table))
+            for rule in k.info.rules:
+                problem = rule.problem(value)
+                if problem:
+                    raise err(k.name, problem)
+            values[k.name] = value
+        for last_input, check in checks:
+            if last_input == position:
+                problem = check.problem(values)
+                if problem:
+                    raise err(check.report, problem)
+    return values
 
 
-def _parse_tune(value: object, err: Callable[[str], ConfigError]) -> str | None:
-    if value is None or (isinstance(value, str) and value in TUNES):
-        return value
-    expected = ", ".join(f'"{t}"' for t in TUNES)
-    raise err(f"expected one of {expected}, got {toml_repr(value)}")
-
-
-def _parse_targets(value: object, err: Callable[[str], ConfigError]) -> tuple[str, ...]:
-    expected = "one of " + ", ".join(f'"{t}"' for t in TARGETS) + " or a list of them"
-    if isinstance(value, str):
-        if value not in TARGETS:
-            raise err(f"expected {expected}, got {toml_repr(value)}")
-        return (value,)
-    if isinstance(value, list):
-        if not value:
-            raise err(f"expected {expected}, got []")
-        for v in value:
-            if not isinstance(v, str) or v not in TARGETS:
-                raise err(f"expected {expected}, got {toml_repr(value)}")
-        if len(set(value)) != len(value):
-            raise err(f"expected each ISA at most once, got {toml_repr(value)}")
-        if "native" in value and len(value) > 1:
-            raise err(f'"native" cannot be combined with other ISAs, got {toml_repr(value)}')
-        return tuple(value)
-    raise err(f"expected {expected}, got {toml_repr(value)}")
+def _frozen(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Checked values as the model holds them: TOML arrays become tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
 def _parse_kernel(
-    table: Mapping[str, Any],
-    index: int,
-    default_targets: tuple[str, ...],
-    kernel_label: str,
-    default_tune: str | None = None,
-) -> KernelDecl:
+    table: Mapping[str, Any], index: int, kernel_label: str, kernel_table: str
+) -> KernelTable:
     raw_name = table.get("name")
-    name_problem = kernel_name_problem(raw_name)
-    label = show_name(raw_name) if isinstance(raw_name, str) and not name_problem else f"#{index}"
+    label = f"#{index}"
+    if isinstance(raw_name, str) and not kernel_name_problem(raw_name):
+        label = show_name(raw_name)
 
     def err(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{kernel_label} {label}: {key}: {msg}")
 
-    for key in table:
-        if key not in _KERNEL_KEYS:
-            raise err(key, f"unknown key (expected one of: {', '.join(_KERNEL_KEYS)})")
+    return KernelTable(**_frozen(_check_table(table, KernelTable, err, kernel_table)))
 
-    # name
-    if raw_name is None:
-        raise err("name", "missing (expected a C identifier)")
-    if not isinstance(raw_name, str):
-        raise err("name", f"expected a C identifier, got {toml_repr(raw_name)}")
-    if name_problem is not None:  # names.py: keywords, libc, reserved prefixes, length
-        raise err("name", f"{show_name(raw_name)} {name_problem}; choose another name")
-    name = raw_name
 
-    # op
-    op = table.get("op", "matmul")
-    if not isinstance(op, str) or op not in OPS:
-        raise err("op", f'expected "matmul", got {toml_repr(op)}')
+def _targets(target: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (target,) if isinstance(target, str) else target
 
-    # shape
-    if "shape" not in table:
-        raise err("shape", "missing (expected [m, k, n] or [b, m, k, n])")
-    shape_raw = table["shape"]
-    if (
-        not isinstance(shape_raw, list)
-        or len(shape_raw) not in (3, 4)
-        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape_raw)
-    ):
-        raise err("shape", f"expected 3 or 4 positive integers, got {toml_repr(shape_raw)}")
-    batched = len(shape_raw) == 4
-    b, m, k, n = shape_raw if batched else [1, *shape_raw]
-    for d in (b, m, k, n):
-        dim_too_big = dim_problem(d)
-        if dim_too_big:
-            raise err("shape", with_doc(dim_too_big))
 
-    # dtype / dtypes
-    if "dtype" in table and "dtypes" in table:
-        raise err("dtypes", "give either dtype or dtypes, not both")
-    if "dtypes" in table:
-        dts = table["dtypes"]
-        if not isinstance(dts, list) or len(dts) != 3 or not all(isinstance(d, str) for d in dts):
-            raise err("dtypes", f"expected 3 dtype names [lhs, rhs, out], got {toml_repr(dts)}")
-        triple = (dts[0], dts[1], dts[2])
-        if triple not in _DTYPE_TRIPLES:
-            supported = " or ".join(toml_repr(list(t)) for t in _DTYPE_TRIPLES)
-            raise err(
-                "dtypes", f"unsupported combination (supported: {supported}), got {toml_repr(dts)}"
-            )
-        dtype = _DTYPE_TRIPLES[triple]
-    else:
-        dtype = table.get("dtype", "f32")
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise err(
-                "dtype", f'expected "f32" or "bf16" (bf16 x bf16 -> f32), got {toml_repr(dtype)}'
-            )
-    too_big = matmul_size_problem(b, m, k, n, 2 if dtype == "bf16" else 4)
-    if too_big:
-        raise err("shape", f"{toml_repr(shape_raw)}: {with_doc(too_big)}")
-
-    # layouts
-    layouts_raw = table.get("layouts", ["row", "row", "row"])
-    if (
-        not isinstance(layouts_raw, list)
-        or len(layouts_raw) != 3
-        or not all(isinstance(x, str) and x in LAYOUTS for x in layouts_raw)
-    ):
-        raise err(
-            "layouts",
-            f'expected 3 of "row"/"col" for [lhs, rhs, out], got {toml_repr(layouts_raw)}',
-        )
-    layouts = (layouts_raw[0], layouts_raw[1], layouts_raw[2])
-
-    accumulate = table.get("accumulate", False)
-    if not isinstance(accumulate, bool):
-        raise err("accumulate", f"expected true or false, got {toml_repr(accumulate)}")
-
-    threads = table.get("threads", 1)
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
-        raise err(
-            "threads", f"expected an integer from 1 to {MAX_THREADS}, got {toml_repr(threads)}"
-        )
-
-    targets = (
-        _parse_targets(table["target"], lambda msg: err("target", msg))
-        if "target" in table
-        else default_targets
-    )
-
-    tune = _parse_tune(table.get("tune"), lambda msg: err("tune", msg)) or default_tune
-
-    schedule = table.get("schedule")
-    if schedule is not None and (not isinstance(schedule, str) or not SCHEDULE_REF.match(schedule)):
-        raise err("schedule", f'expected "module:function", got {toml_repr(schedule)}')
-
+def _declaration(
+    table: KernelTable, default_targets: tuple[str, ...], default_tune: str | None
+) -> KernelDecl:
+    """The normalized declaration of a checked kernel table."""
+    batched = len(table.shape) == 4
+    b, m, k, n = table.shape if batched else (1, *table.shape)
+    dtypes = table.dtypes
     return KernelDecl(
-        name=name,
-        op=op,
+        name=table.name,
+        op=table.op,
         shape=(b, m, k, n),
-        dtype=dtype,
-        layouts=layouts,
-        accumulate=accumulate,
-        threads=threads,
-        targets=targets,
-        schedule=schedule,
+        dtype=DTYPE_TRIPLES[(dtypes[0], dtypes[1], dtypes[2])] if dtypes else table.dtype,
+        layouts=(table.layouts[0], table.layouts[1], table.layouts[2]),
+        accumulate=table.accumulate,
+        threads=table.threads,
+        targets=_targets(table.target) if table.target is not None else default_targets,
+        schedule=table.schedule,
         batched=batched,
-        tune=tune,
+        tune=table.tune or default_tune,
     )
 
 

@@ -1,0 +1,413 @@
+"""The declaration schema as data: what `[tool.morello]` (or a standalone `morello.toml`) may
+contain, one frozen dataclass per table.
+
+Each dataclass field is one TOML key. Its annotation is the key's TOML type, its default what
+an absent key means, and its metadata (a `Key`) the documentation, the allowed values and the
+phrase the loader's messages use for them. The loader (`config.py`), the JSON schema and the
+docs table (`schema.py`) all read this model, so a key is added, checked and documented in
+one place. Field names are the TOML keys, in the order the loader checks and lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from morello_build.ir.sizes import LIMITS_DOC, MAX_DIM, dim_problem, matmul_size_problem, with_doc
+from morello_build.machine.isa import ISAS
+from morello_build.machine.target import TUNES as TARGET_TUNES
+from morello_build.names import MAX_NAME_LENGTH, kernel_name_problem, show_name
+from morello_build.user_code import SCHEDULE_REF
+
+#: ISA names a declaration may use; "native" is resolved on the building machine.
+TARGETS: tuple[str, ...] = ("native", *ISAS)
+#: Cost-model tunings a declaration may ask for (`machine.target.TUNES`, plus "native": the
+#: building machine's). Unset: "native" for `target = "native"`, else "generic".
+TUNES: tuple[str, ...] = ("native", *TARGET_TUNES)
+#: Element types of a matmul's inputs; the output is always f32.
+DTYPES: tuple[str, ...] = ("f32", "bf16")
+LAYOUTS: tuple[str, ...] = ("row", "col")
+OPS: tuple[str, ...] = ("matmul",)
+#: Supported (lhs, rhs, out) dtype triples and the input dtype each one means.
+DTYPE_TRIPLES: dict[tuple[str, str, str], str] = {
+    ("f32", "f32", "f32"): "f32",
+    ("bf16", "bf16", "f32"): "bf16",
+}
+#: Most threads a kernel may use (declarations and the command line alike).
+MAX_THREADS = 1024
+
+#: Stands in a message template for the kernel table as the file spells it
+#: (`[[tool.morello.kernel]]` in pyproject.toml, `[[kernel]]` in morello.toml).
+TABLE_PLACEHOLDER = "{table}"
+
+
+def toml_repr(value: object) -> str:
+    """Render a parsed TOML value the way the user wrote it, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):  # escaped and shortened: messages stay one line
+        return show_name(value, limit=60)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_repr(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_repr(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check beyond a key's type and allowed values.
+
+    `problem(value)` is the loader's whole message when the value breaks the rule (None when
+    it passes); it only sees values of the key's type. `schema` holds the JSON schema keywords
+    that say the same, merged into the key's schema (empty where JSON schema cannot say it).
+    """
+
+    problem: Callable[[Any], str | None]
+    schema: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule over several keys of one table, run as soon as the last of `keys` (in field
+    order) has passed its own checks; a message is reported under `report`."""
+
+    keys: tuple[str, ...]
+    report: str
+    problem: Callable[[Mapping[str, Any]], str | None]
+
+
+@dataclass(frozen=True)
+class Key:
+    """What the model says about one TOML key besides its type and default."""
+
+    #: What the key means (Markdown): the docs table and the schema's description.
+    doc: str
+    #: The loader's "expected ..., got ..." phrase; None: derived (`expected_text`).
+    expected: str | None = None
+    #: Allowed strings (every string in the value, also inside arrays).
+    choices: tuple[str, ...] = ()
+    #: A string's form (`re.match`; `\Z` anchors the end).
+    pattern: re.Pattern[str] | None = None
+    #: Bounds of every integer in the value.
+    minimum: int | None = None
+    maximum: int | None = None
+    #: Fewest and most entries of an array (None: unbounded).
+    min_items: int | None = None
+    max_items: int | None = None
+    #: An empty array is reported as the key's absence (`missing`).
+    nonempty: bool = False
+    #: The message for a required key that is absent; None: "missing (expected ...)".
+    missing: str | None = None
+    #: The default as the docs show it, where it is not a plain value.
+    default_doc: str | None = None
+    rules: tuple[Rule, ...] = ()
+
+
+#: The default of a required key.
+REQUIRED: Any = dataclasses.MISSING
+
+
+def key(default: Any = REQUIRED, **info: Any) -> Any:
+    """A model field: `default` (absent: the key is required) and the `Key` metadata."""
+    meta = {"key": Key(**info)}
+    if default is REQUIRED:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def quoted(names: Sequence[str]) -> str:
+    return ", ".join(f'"{n}"' for n in names)
+
+
+# -- rules ------------------------------------------------------------------------------
+
+
+def _name_problem(value: str) -> str | None:
+    problem = kernel_name_problem(value)  # names.py: keywords, libc, reserved prefixes, length
+    return f"{show_name(value)} {problem}; choose another name" if problem else None
+
+
+def _dims_problem(value: list[int]) -> str | None:
+    for d in value:
+        problem = dim_problem(d)
+        if problem:
+            return with_doc(problem)
+    return None
+
+
+def _duplicate_isas(value: str | list[str]) -> str | None:
+    if isinstance(value, list) and len(set(value)) != len(value):
+        return f"expected each ISA at most once, got {toml_repr(value)}"
+    return None
+
+
+def _native_combined(value: str | list[str]) -> str | None:
+    if isinstance(value, list) and "native" in value and len(value) > 1:
+        return f'"native" cannot be combined with other ISAs, got {toml_repr(value)}'
+    return None
+
+
+def _dtype_triple(value: list[str]) -> str | None:
+    if tuple(value) in DTYPE_TRIPLES:
+        return None
+    supported = " or ".join(toml_repr(list(t)) for t in DTYPE_TRIPLES)
+    return f"unsupported combination (supported: {supported}), got {toml_repr(value)}"
+
+
+def _size_problem(values: Mapping[str, Any]) -> str | None:
+    shape = values["shape"]
+    b, m, k, n = shape if len(shape) == 4 else [1, *shape]
+    dtypes = values["dtypes"]
+    dtype = DTYPE_TRIPLES[tuple(dtypes)] if dtypes is not None else values["dtype"]
+    too_big = matmul_size_problem(b, m, k, n, 2 if dtype == "bf16" else 4)
+    return f"{toml_repr(shape)}: {with_doc(too_big)}" if too_big else None
+
+
+_NAME_RULE = Rule(
+    _name_problem,
+    # What the schema can say of names.py's rules (not the keyword and libc lists).
+    {
+        "pattern": "^[A-Za-z][A-Za-z0-9_]*$",
+        "maxLength": MAX_NAME_LENGTH,
+        "not": {"pattern": "__"},
+    },
+)
+_TARGET_RULES = (
+    Rule(_duplicate_isas, {"uniqueItems": True}),
+    Rule(
+        _native_combined,
+        {"if": {"type": "array", "contains": {"const": "native"}}, "then": {"maxItems": 1}},
+    ),
+)
+_TARGET_EXPECTED = f"one of {quoted(TARGETS)} or a list of them"
+_TARGET_DOC = (
+    'ISA(s) to build for: `"native"` (the best ISA of the building machine), `"amx"` '
+    '(AVX-512 plus AMX tiles for bf16 GEMMs), `"avx512"`, `"avx2"`, `"x86-64"`. A list (e.g. `["avx512", "avx2", "x86-64"]`) builds one function '
+    "per ISA plus a dispatcher that picks the best one the running CPU supports; "
+    '`"native"` cannot be combined with others.'
+)
+_TUNE_DOC = (
+    "the microarchitecture to tune the cost model for (like gcc's `-mtune`; the ISA stays "
+    'the same): `"generic"`, `"zen3"`, `"zen4"`, `"zen5"` (AMD Zen 3, 4, 5), or `"native"` '
+    "(the building machine's); what each one changes: docs/configuration.md#tunings"
+)
+
+
+# -- the model --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelTable:
+    """One kernel: a `[[tool.morello.kernel]]` table (`[[kernel]]` in morello.toml)."""
+
+    TITLE: ClassVar[str] = "kernel"
+    #: Groups of keys of which at most one may be given.
+    EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = (("dtype", "dtypes"),)
+    CHECKS: ClassVar[tuple[Check, ...]] = (
+        Check(("shape", "dtype", "dtypes"), "shape", _size_problem),
+    )
+
+    name: str = key(
+        doc="exported C function and Python name: a C identifier (letter first; letters, "
+        "digits, single underscores; not a C or Python keyword nor a C library name)",
+        expected="a C identifier",
+        rules=(_NAME_RULE,),
+    )
+    op: str = key("matmul", doc="the operation; only `matmul` for now", choices=OPS)
+    shape: tuple[int, ...] = key(
+        doc="`[m, k, n]` or batched `[b, m, k, n]`: `out[m, n] = lhs[m, k] @ rhs[k, n]`; "
+        f"sizes are bounded (see {LIMITS_DOC})",
+        expected="3 or 4 positive integers",
+        missing="missing (expected [m, k, n] or [b, m, k, n])",
+        minimum=1,
+        min_items=3,
+        max_items=4,
+        rules=(Rule(_dims_problem, {"items": {"maximum": MAX_DIM}}),),
+    )
+    dtype: str = key(
+        "f32",
+        doc='input type: `"f32"`, or `"bf16"` (bf16 x bf16 -> f32); the output is always f32',
+        expected='"f32" or "bf16" (bf16 x bf16 -> f32)',
+        choices=DTYPES,
+    )
+    dtypes: tuple[str, ...] | None = key(
+        None,
+        doc="alternative to `dtype`: `[lhs, rhs, out]`, one of "
+        + ", ".join(f"`{toml_repr(list(t))}`" for t in DTYPE_TRIPLES),
+        expected="3 dtype names [lhs, rhs, out]",
+        min_items=3,
+        max_items=3,
+        rules=(Rule(_dtype_triple, {"enum": [list(t) for t in DTYPE_TRIPLES]}),),
+    )
+    layouts: tuple[str, ...] = key(
+        ("row", "row", "row"),
+        doc='per operand `[lhs, rhs, out]`: `"row"` (C order) or `"col"` (Fortran order)',
+        expected='3 of "row"/"col" for [lhs, rhs, out]',
+        choices=LAYOUTS,
+        min_items=3,
+        max_items=3,
+    )
+    accumulate: bool = key(False, doc="`out += lhs @ rhs` instead of `out = lhs @ rhs`")
+    threads: int = key(
+        1,
+        doc="threads the kernel may use",
+        expected=f"an integer from 1 to {MAX_THREADS}",
+        minimum=1,
+        maximum=MAX_THREADS,
+    )
+    target: str | tuple[str, ...] | None = key(
+        None,
+        doc="per-kernel ISA override (values as for the top-level `target`)",
+        default_doc="the top-level `target`",
+        expected=_TARGET_EXPECTED,
+        choices=TARGETS,
+        min_items=1,
+        rules=_TARGET_RULES,
+    )
+    tune: str | None = key(
+        None,
+        doc="per-kernel tuning override (values as for the top-level `tune`)",
+        default_doc="the top-level `tune`",
+        choices=TUNES,
+    )
+    schedule: str | None = key(
+        None,
+        doc='`"module:function"` hand schedule instead of search; the module is imported with '
+        "the declaration file's directory on `sys.path` and is a build dependency",
+        expected='"module:function"',
+        pattern=SCHEDULE_REF,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MorelloTable:
+    """The kernel declarations: `[tool.morello]` in pyproject.toml, or the top level of a
+    standalone morello.toml (same keys, `[[kernel]]` for the kernel tables)."""
+
+    TITLE: ClassVar[str] = "morello"
+    EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = ()
+    CHECKS: ClassVar[tuple[Check, ...]] = ()
+
+    target: str | tuple[str, ...] = key(
+        "native",
+        doc=_TARGET_DOC,
+        expected=_TARGET_EXPECTED,
+        choices=TARGETS,
+        min_items=1,
+        rules=_TARGET_RULES,
+    )
+    tune: str | None = key(
+        None,
+        doc=_TUNE_DOC,
+        default_doc='`"native"` with `target = "native"`, else `"generic"`',
+        choices=TUNES,
+    )
+    verify: bool = key(
+        True,
+        doc="check every kernel against numpy at build time when the building machine can "
+        "run its ISA",
+    )
+    kernel: tuple[KernelTable, ...] = key(
+        doc=f"one `{TABLE_PLACEHOLDER}` table per kernel",
+        expected=f"an array of {TABLE_PLACEHOLDER} tables",
+        missing=f"expected at least one {TABLE_PLACEHOLDER} table, got none",
+        nonempty=True,
+    )
+
+
+# -- reading the model ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelKey:
+    """One key of a model table: its name, TOML type, default and `Key` metadata."""
+
+    name: str
+    type: Any
+    default: Any
+    info: Key
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+def model_keys(model: type) -> tuple[ModelKey, ...]:
+    """The keys of a model table, in field order."""
+    hints = typing.get_type_hints(model)
+    return tuple(
+        ModelKey(f.name, hints[f.name], f.default, f.metadata["key"])
+        for f in dataclasses.fields(model)
+    )
+
+
+def type_args(tp: Any) -> tuple[Any, ...]:
+    """The members of a union type (None dropped), or (tp,) for any other type."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return tuple(a for a in typing.get_args(tp) if a is not type(None))
+    return (tp,)
+
+
+def item_type(tp: Any) -> Any:
+    """The entry type of an array type `tuple[X, ...]`, or None for any other type."""
+    if typing.get_origin(tp) is tuple:
+        return typing.get_args(tp)[0]
+    return None
+
+
+def expected_text(k: ModelKey) -> str:
+    """What the loader says it expected of `k` (before ", got ...")."""
+    if k.info.expected is not None:
+        return k.info.expected
+    if k.type is bool:
+        return "true or false"
+    if k.info.choices:
+        names = k.info.choices
+        return quoted(names) if len(names) == 1 else f"one of {quoted(names)}"
+    raise TypeError(f"{k.name}: the model gives no `expected` phrase")
+
+
+def missing_text(k: ModelKey) -> str:
+    """The loader's message when the required key `k` is absent."""
+    return k.info.missing or f"missing (expected {expected_text(k)})"
+
+
+def conforms(value: object, tp: Any, info: Key) -> bool:
+    """Whether a parsed TOML value has the key's type and allowed values (arrays are lists,
+    model tables are tables; rules are checked separately)."""
+    members = type_args(tp)
+    if len(members) > 1:
+        return any(conforms(value, a, info) for a in members)
+    tp = members[0]
+    item = item_type(tp)
+    if item is not None:
+        return (
+            isinstance(value, list)
+            and (info.min_items is None or len(value) >= info.min_items)
+            and (info.max_items is None or len(value) <= info.max_items)
+            and all(conforms(v, item, info) for v in value)
+        )
+    if dataclasses.is_dataclass(tp):
+        return isinstance(value, dict)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and (info.minimum is None or value >= info.minimum)
+            and (info.maximum is None or value <= info.maximum)
+        )
+    if tp is str:
+        return (
+            isinstance(value, str)
+            and (not info.choices or value in info.choices)
+            and (info.pattern is None or info.pattern.match(value) is not None)
+        )
+    raise TypeError(f"the model has no TOML type for {tp!r}")
