@@ -17,11 +17,11 @@ from shared_search import synthesize_impl
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
 from morello_build.codegen.emit import generate_c
-from morello_build.codegen.kernels import STREAM_PREFETCH_AHEAD
 from morello_build.impl.nodes import Alloc, Block, Impl, Kernel, Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.text import parse_spec
+from morello_build.kernels.moves import STREAM_PREFETCH_AHEAD
 from morello_build.machine.kernels import (
     KERNELS_BY_NAME,
     STREAM_LINE_COST,

@@ -39,7 +39,6 @@ from morello_build.codegen.context import (
     WIDE_INDEX,
     Ctx,
 )
-from morello_build.codegen.kernels import emit_kernel
 from morello_build.codegen.views import (
     MEM,
     RF,
@@ -54,6 +53,7 @@ from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
+from morello_build.kernels.moves import emit_kernel
 from morello_build.machine.target import TUNINGS, tune_note
 
 __all__ = ["CodegenError", "STACK_BYTES", "generate_c", "kernel_abi"]
