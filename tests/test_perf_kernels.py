@@ -21,12 +21,12 @@ from morello_build.impl.nodes import Alloc, Block, Impl, Kernel, Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.text import parse_spec
-from morello_build.kernels.moves import STREAM_PREFETCH_AHEAD
-from morello_build.machine.kernels import (
-    KERNELS_BY_NAME,
+from morello_build.kernels.matvec_stream import (
     STREAM_LINE_COST,
+    STREAM_PREFETCH_AHEAD,
     STREAM_RUN_COST,
 )
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import get_target
 from morello_build.verify import IsaUnavailable, verify_kernel
 
@@ -399,7 +399,7 @@ def test_storing_a_zmm_register_costs_two_fmas() -> None:
     """A 64-byte vector store is priced like 2 FMAs (`ZMM_STORE_COST`, measured); a load
     costs one unit per register plus, on AVX-512, one per load (`VRF_LOAD_COST`); 32-byte
     stores keep one unit per register."""
-    from morello_build.machine.kernels import VRF_LOAD_COST, ZMM_STORE_COST
+    from morello_build.kernels.moves import VRF_LOAD_COST, ZMM_STORE_COST
 
     assign = KERNELS_BY_NAME["VectorAssign"]
     fma = KERNELS_BY_NAME["BroadcastVecMultAdd"]
