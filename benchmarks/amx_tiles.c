@@ -1,4 +1,4 @@
-/* AMX microbenchmark behind the tile-kernel cost constants in morello_build/machine/kernels.py:
+/* AMX microbenchmark behind the tile-kernel cost constants in morello_build/kernels/amx.py:
  * tdpbf16ps / tileloadd / tilestored throughput, tile config cost and a 256^3 bf16 GEMM with
  * 2x2 tiles, checked against a scalar reference.
  *   gcc -O3 -mavx512f -mavx512bf16 -mamx-tile -mamx-bf16 benchmarks/amx_tiles.c -o /tmp/amx && /tmp/amx

@@ -30,6 +30,7 @@ from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
 from morello_build.ir.limits import LEVEL_COUNT, ZERO, Limits, add_peak, elementwise_max, subtract
 from morello_build.ir.spec import LogicalSpec, Spec
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import Target
 from morello_build.search.dp import Search
 from morello_build.search.persistent import make_memo
@@ -239,8 +240,6 @@ def with_costs(node: Impl, target: Target) -> Impl:
     Used for manual schedules, and by tests to check that the DP's costs are the costs
     of the programs it rebuilds.
     """
-    from morello_build.machine.kernels import KERNELS_BY_NAME
-
     kids = tuple(with_costs(c, target) for c in node.children)
     costs = [c.cost for c in kids]
     assert all(c is not None for c in costs)

@@ -16,8 +16,8 @@ from morello_build.codegen.views import CodegenError
 from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
 from morello_build.ir.text import parse_spec
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine import isa as isa_mod
-from morello_build.machine.kernels import KERNELS_BY_NAME
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
 
@@ -133,8 +133,8 @@ def test_tile_kernel_rejects_non_uniform_rows():
     # A 16-column tile of B that crosses into a separate buffer cannot be one tile load;
     # the emitter must refuse rather than guess (here: an L1 copy row-major, not k-pairs).
     from morello_build.codegen.context import Ctx
-    from morello_build.codegen.kernels import emit_kernel
     from morello_build.codegen.views import MEM, Buffer, View
+    from morello_build.kernels.registry import emit_kernel
 
     spec = _accum_spec(16, 32, 16, PAIRS)
     a = Buffer("a", spec.operands[0].dtype, (1, 16, 32), lay.row_major((1, 16, 32)), MEM)

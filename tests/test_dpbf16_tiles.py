@@ -23,8 +23,8 @@ from morello_build.impl.nodes import Kernel
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir import layout as lay
 from morello_build.ir.text import parse_spec
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine import isa as isa_mod
-from morello_build.machine.kernels import KERNELS_BY_NAME
 from morello_build.machine.target import get_target, resolve_tune
 
 TILE = "Dpbf16TileBf16F32"

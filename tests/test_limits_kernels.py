@@ -3,7 +3,7 @@
 from morello_build.actions.select import Select
 from morello_build.ir.limits import next_pow2, snap_up, subtract
 from morello_build.ir.text import parse_spec
-from morello_build.machine.kernels import KERNELS_BY_NAME
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import get_target
 
 

@@ -17,17 +17,17 @@ from shared_search import synthesize_impl
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
 from morello_build.codegen.emit import generate_c
-from morello_build.codegen.kernels import STREAM_PREFETCH_AHEAD
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Alloc, Block, Impl, Kernel, Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.text import parse_spec
-from morello_build.machine.kernels import (
-    KERNELS_BY_NAME,
+from morello_build.kernels.matvec_stream import (
     STREAM_LINE_COST,
+    STREAM_PREFETCH_AHEAD,
     STREAM_RUN_COST,
 )
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import get_target
 
 ROWS_F32 = KERNELS_BY_NAME["VecMatRowsF32"]
@@ -399,7 +399,7 @@ def test_storing_a_zmm_register_costs_two_fmas() -> None:
     """A 64-byte vector store is priced like 2 FMAs (`ZMM_STORE_COST`, measured); a load
     costs one unit per register plus, on AVX-512, one per load (`VRF_LOAD_COST`); 32-byte
     stores keep one unit per register."""
-    from morello_build.machine.kernels import VRF_LOAD_COST, ZMM_STORE_COST
+    from morello_build.kernels.moves import VRF_LOAD_COST, ZMM_STORE_COST
 
     assign = KERNELS_BY_NAME["VectorAssign"]
     fma = KERNELS_BY_NAME["BroadcastVecMultAdd"]

@@ -52,15 +52,10 @@ from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
 from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
-from morello_build.machine.kernels import (
-    AMX_K_STEP,
-    AMX_PAIRS_DIMS,
-    AMX_TILE,
-    DPBF16_COLS,
-    DPBF16_MIN_K,
-    amx_pairs_layout,
-    kernels_for,
-)
+from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
+from morello_build.kernels.dpbf16_tiles import DPBF16_COLS, DPBF16_MIN_K
+from morello_build.kernels.k_pairs import AMX_PAIRS_DIMS, amx_pairs_layout
+from morello_build.kernels.registry import kernels_for
 from morello_build.machine.target import Target
 
 ActionPlans = tuple[tuple[Action, Plan], ...]
@@ -160,15 +155,10 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if spec.kind == MATMUL and not spec.accum and i != spec.output_index and not tiles:
             # Inputs of a non-accumulating Matmul get only cache views (no copies), so a
             # view can be hoisted above the zero-then-accumulate split. A one-thread
-            # Matmul may also pack B into GL panels there: then whole-k register tiles
-            # zero C in registers instead of a memset and a reload (avx512 512^3, B
-            # panels read from L2: 1.03-1.05x of MKL vs 0.97-0.99x below the zero). A
-            # Spec that may still run threads does not: one thread packing while the
-            # other waits measured 0.88-0.91x at 512^3@2 against 0.96x, and so did a
-            # parallel pack (each thread packs half of the panels, then reads all of
-            # them: half come from the other core's cache): 0.956-0.961x against
-            # 0.985-1.025x for each thread packing all of B, same harness run. (On AMX
-            # tiles the kernel itself zeroes C, so B may be packed above it.)
+            # Matmul may also pack B into GL panels there, so that whole-k register tiles
+            # zero C in registers; a Spec that may still run threads does not (both
+            # measured: docs/cost-model.md, "Packing B above the zero"). (On AMX tiles the
+            # kernel itself zeroes C, so B may be packed above it.)
             moves = [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
         if tiles or dp_tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from morello_build.actions.base import Plan
 from morello_build.impl.nodes import Impl, Kernel
 from morello_build.ir.spec import LogicalSpec
-from morello_build.machine.kernels import KERNELS_BY_NAME
+from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import Target
 
 

@@ -70,14 +70,8 @@ def boundary_regions(
 
 
 #: Cost per output line of a parallel loop whose threads each write a strided part of the
-#: output (e.g. the left and right halves of every row of C). Measured on this project's
-#: Xeon, f32 512^3 with 2 threads, same one-thread plan inside (k blocks of 128, B packed
-#: into 32-column panels): threads splitting the columns ran 290 GF/s, threads splitting the
-#: rows 332 GF/s (1.95x the one-thread 170), although the model priced the column split
-#: 1% cheaper. Run on one thread both plans are equally fast, so the loss is from the
-#: cores sharing the output's rows (each core's prefetchers pull in lines the other core
-#: writes). 15% of the kernel is ~2.5M model units over 16384 output lines: ~150 units,
-#: about 8 main-memory line hits (GL costs 20), per line of the output.
+#: output (e.g. the left and right halves of every row of C): cores sharing the output's
+#: rows lose to cores splitting them (docs/cost-model.md, "Threads sharing output rows").
 PAR_SHARED_ROWS_COST = 150
 
 

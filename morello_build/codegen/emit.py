@@ -11,7 +11,7 @@ The walk carries one `View` per operand of the node being emitted (see `views.py
   per call or per parallel-loop body, see `Ctx.add_workspace`) filled by the prologue Move
   and drained by the epilogue Move.
 - Block: children in order (a Zero child sees the output only).
-- Kernel: `codegen.kernels`.
+- Kernel: the kernel's own emitter (`kernels.registry.emit_kernel`).
 
 Scratch larger than `STACK_BYTES` goes to the heap; `KernelABI.workspace_bytes` reports
 the sum of those allocations (an upper bound on the per-call heap use of a serial kernel).
@@ -38,7 +38,6 @@ from morello_build.codegen.context import (
     WIDE_INDEX,
     Ctx,
 )
-from morello_build.codegen.kernels import emit_kernel
 from morello_build.codegen.views import (
     MEM,
     RF,
@@ -53,6 +52,7 @@ from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
+from morello_build.kernels.registry import emit_kernel
 from morello_build.machine.target import TUNINGS, tune_note
 
 __all__ = ["CodegenError", "STACK_BYTES", "generate_c", "kernel_abi"]
@@ -275,28 +275,9 @@ class _Emitter:
         those bodies ("too big"). Written out with 16 registers, gcc hoists the copies'
         loads and spills accumulators.
 
-        Measured, same plans side by side (3 rounds each, ratio to MKL's sgemm):
-          avx2 16x16x16: 67.8-68.1 ns per call unrolled by 4, 71.8-73.2 rolled (MKL's JIT
-            67.6-68.8); unrolled fully (16): 76-82.
-          avx2 256^3: 1.07x with the pragma, 1.01x rolled, 0.99x written out (spills).
-          avx2 bf16 256^3: 1.05x pragma, 1.02x rolled, 1.00x written out.
-          avx512 (written out by 4 / by 2 / rolled): 512^3 1.09x / 1.03x / 1.06x;
-            256^3 1.13x / 1.13x / 1.10x; 16^3 +1%; 128^3, 64^3, bf16 256^3 within 1%;
-            100x37x250 1.08x / 1.10x / 1.12x.
-        On AVX-512 a trip count that K_UNROLL does not divide stays rolled. Written out,
-        the leftover step after the loop reads A at a fixed k, so gcc hoists its 12
-        broadcasts out of the loop over column tiles and spills them (and accumulators)
-        to the stack; running the leftover plus one group of steps as a rolled loop first
-        (`#pragma GCC unroll 1`, few spills left) measured as slow (100x37x250 0.942-0.952
-        vs 0.972-0.987 rolled), so the cause is not only the spills. Ratio to MKL's JIT,
-        3 rounds, written out with the remainder copy / rolled: 96x37x224 0.938-0.951 /
-        0.952-0.977; 100x37x256 0.933-0.959 / 0.954-0.988; 100x37x250 0.928-0.971 /
-        0.961-0.992 (rolled ahead by 2-4% in each of 6 rounds). Without a remainder it
-        mostly does not lose: 96x36x224 0.969-0.986 / 0.970-0.987, 100x36x224
-        0.964-0.974 / 0.964-0.966 (but 100x36x250 and 100x40x250, with a masked
-        26-column edge tile, lost 1.5-2.5% written out; not explained). gcc's own
-        unrolling (the pragma, avx2) handles a remainder well: avx2 100x37x250
-        0.981-0.984 with the pragma, 0.968-0.977 rolled.
+        On AVX-512 a trip count that K_UNROLL does not divide stays rolled: written out, the
+        leftover step makes gcc hoist and spill A's broadcasts (measurements in
+        docs/cost-model.md, "Unrolling the k loop").
         """
         out = views[node.spec.output_index]
         return out.buf.kind != MEM and node.spec.kind != ZERO
@@ -461,8 +442,7 @@ def generate_c(
         out.append(HELPERS[h])
     for fn in ctx.functions:
         out += [fn, ""]
-    # Cache-line aligned entry: an 8x8x8 kernel (one ~900-byte block of straight-line code)
-    # measured 9.4-9.7 ns per call aligned against 10.1 ns at gcc's default 16 bytes.
+    # Cache-line aligned entry: faster small kernels (docs/cost-model.md, "Function alignment").
     out.append("__attribute__((aligned(64)))")
     out.append(abi.prototype() + " {")
     pro, epi = ctx.scope_lines(ctx.workspaces[0], ctx.setups)

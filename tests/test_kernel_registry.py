@@ -1,0 +1,110 @@
+"""Every microkernel is one definition the search can reach and the emitter can write.
+
+A small battery of Specs across the targets (amx, avx512 with the generic and zen4
+tunings, avx2, x86-64) must select every kernel of the registry at least once, and the C
+generated for each of them must compile. Running it needs a host with the ISA; compiling
+does not, so on other hosts only the run is skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from morello_build.verify import IsaUnavailable, verify_kernel
+
+from morello_build.codegen.abi import GeneratedKernel
+from morello_build.codegen.emit import generate_c
+from morello_build.impl.nodes import Impl, Kernel
+from morello_build.impl.printer import iter_nodes
+from morello_build.ir.spec import MATMUL, MOVE, ZERO, Spec
+from morello_build.ir.text import parse_spec
+from morello_build.kernels.registry import KERNELS, KERNELS_BY_NAME, kernels_for
+from morello_build.machine.target import get_target
+from morello_build.search.dp import Search
+
+R, C, B, BC = "f32:GL:row", "f32:GL:col", "bf16:GL:row", "bf16:GL:col"
+
+
+def mm(shape: str, lhs: str = R, rhs: str = R, out: str = R, accum: bool = False) -> str:
+    name = "MatmulAccum" if accum else "Matmul"
+    return f"{name}({shape}, {lhs}, {rhs}, {out}, serial)"
+
+
+#: (isa, tune, Spec) -> the kernels its optimal program is expected to contain, at least.
+BATTERY: list[tuple[str, str, str, set[str]]] = [
+    ("x86-64", "generic", mm("1x2x64x2", rhs=C), {"MultAdd", "Assign", "ValueZero"}),
+    ("x86-64", "generic", mm("1x1x16x8", B, B), {"CastBf16F32", "MemsetZero"}),
+    ("avx2", "generic", mm("1x8x8x8"), {"BroadcastVecMultAdd", "VectorAssign", "VectorZero"}),
+    ("avx2", "generic", mm("1x1x64x1", rhs=C), {"DotProductLoop"}),
+    ("avx2", "generic", mm("1x4x32x1", B, BC), {"DotProductLoopBf16"}),
+    ("avx2", "generic", mm("1x1x64x32", B, B), {"BroadcastVecMultAddBf16F32"}),
+    ("avx2", "generic", mm("1x1x64x200"), {"VecMatRowsF32"}),
+    ("avx2", "generic", "Move(8x16, bf16:GL:row, f32:GL:row)", {"VectorCastBf16F32"}),
+    ("avx512", "generic", mm("1x4x64x1", B, BC), {"DotProductLoopVdpbf16ps"}),
+    ("avx512", "generic", mm("1x1x64x256", B, B), {"VecMatRowsBf16F32"}),
+    ("amx", "generic", mm("1x32x64x32", B, B), {"AmxTileMatmulBf16F32", "PackBf16Pairs"}),
+    ("avx512", "zen4", mm("1x8x64x32", B, B, accum=True), {"Dpbf16TileBf16F32"}),
+]
+
+
+def _id(case: tuple[str, str, str, set[str]]) -> str:
+    isa, tune, text, _ = case
+    return f"{isa}-{tune}-{text}"
+
+
+@functools.cache
+def _search(isa: str, tune: str) -> Search:
+    return Search(get_target(isa, 1, tune))
+
+
+@functools.cache
+def _impl(isa: str, tune: str, text: str) -> Impl:
+    search = _search(isa, tune)
+    impl = search.reconstruct(Spec(parse_spec(text), search.target.max_limits))
+    assert impl is not None, f"no implementation of {text} on {isa} ({tune})"
+    return impl
+
+
+def _kernel_names(impl: Impl) -> set[str]:
+    return {n.name for n in iter_nodes(impl) if isinstance(n, Kernel)}
+
+
+def _generated(isa: str, tune: str, text: str) -> GeneratedKernel:
+    return generate_c(_impl(isa, tune, text), "mb_registry", isa, tune=tune)
+
+
+def test_every_kernel_is_one_complete_definition():
+    assert len(KERNELS_BY_NAME) == len(KERNELS), "kernel names must be unique"
+    for k in KERNELS:
+        assert k.kind in (MATMUL, MOVE, ZERO), k.name
+        for part in (k.applies, k.memory, k.cost, k.emit):
+            assert callable(part), k.name
+    # Per kind, the registry order (which the action indices depend on) is kept.
+    by_kind = [k for kind in (MATMUL, MOVE, ZERO) for k in kernels_for(kind)]
+    assert sorted(by_kind, key=KERNELS.index) == list(KERNELS)
+
+
+@pytest.mark.parametrize("case", BATTERY, ids=_id)
+def test_the_search_selects_the_kernel(case):
+    isa, tune, text, want = case
+    got = _kernel_names(_impl(isa, tune, text))
+    assert want <= got, f"{text} on {isa} ({tune}) selected {sorted(got)}"
+
+
+def test_the_battery_reaches_every_kernel():
+    reached: set[str] = set()
+    for isa, tune, text, _ in BATTERY:
+        reached |= _kernel_names(_impl(isa, tune, text))
+    assert reached == set(KERNELS_BY_NAME), sorted(set(KERNELS_BY_NAME) - reached)
+
+
+@pytest.mark.parametrize("case", BATTERY, ids=_id)
+def test_the_selected_kernels_compile_and_run(case):
+    isa, tune, text, _ = case
+    kernel = _generated(isa, tune, text)
+    try:
+        result = verify_kernel(kernel, compiler="gcc")  # compiles before it checks the host
+    except IsaUnavailable:
+        pytest.skip(f"compiled; this host cannot run {isa}")
+    assert result.ok, f"{text} on {isa} ({tune}): {result.details}\n{kernel.c_source}"
