@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from compilers import CLANG_MISSING, have_compiler
+
+from tests.support.compilers import CLANG_MISSING, have_compiler
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,13 +7,13 @@ build and verify the same C. AVX-512 cases skip when the host cannot execute the
 from __future__ import annotations
 
 import pytest
-from shared_search import synthesize_impl
 
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Impl
 from morello_build.ir.text import parse_spec
+from tests.support.shared_search import synthesize_impl
 
 R, C = "f32:GL:row", "f32:GL:col"
 B = "bf16:GL:row"

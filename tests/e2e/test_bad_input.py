@@ -1,6 +1,6 @@
 """Issue 31, items 3 and 5-9: bad input ends as one clear line and exit status 2, never a
 traceback, a silent acceptance or a half-written output. One focused test (or a few) per
-item; tests/test_bad_input_battery.py throws hundreds of generated inputs at the same code.
+item; tests/e2e/test_bad_input_battery.py throws hundreds of generated inputs at the same code.
 
 New modules are imported inside the tests, so against older code each test fails alone.
 """
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO_ROOT
+
+REPO = REPO_ROOT
 
 #: Names issue 31 reported as accepted, plus the classes behind them.
 BAD_NAMES = [

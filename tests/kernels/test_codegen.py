@@ -8,8 +8,6 @@ import shutil
 import subprocess
 
 import pytest
-from compilers import CLANG_MISSING, have_compiler
-from shared_search import synthesize_impl
 
 from morello_build.actions.tile import shrink
 from morello_build.codegen.emit import K_UNROLL, CodegenError, generate_c, kernel_abi
@@ -35,6 +33,8 @@ from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import ISA, host_supports
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
+from tests.support.compilers import CLANG_MISSING, have_compiler
+from tests.support.shared_search import synthesize_impl
 
 _SYNTH: dict[tuple[str, LogicalSpec], Impl] = {}
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 
 
 def test_without_clang_the_clang_variants_skip_with_a_reason(tmp_path: Path) -> None:
@@ -26,7 +28,7 @@ def test_without_clang_the_clang_variants_skip_with_a_reason(tmp_path: Path) -> 
     env = dict(os.environ, PATH=str(bin_dir), MORELLO_CACHE_DIR=str(tmp_path / "cache"))
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q",
-        "tests/test_codegen_battery.py::test_battery", "-k", "x86-64 and 1x3x5x7",
+        "tests/kernels/test_codegen_battery.py::test_battery", "-k", "x86-64 and 1x3x5x7",
     ]  # fmt: skip
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "build_fixtures"
+from tests.support.paths import BUILD_FIXTURES, REPO_ROOT
+
+ROOT = REPO_ROOT
+FIXTURES = BUILD_FIXTURES
 KERNELS = ("mm64", "matvec_bf16", "mm_odd")
 #: `morello synth` words for each kernel of example_project/pyproject.toml.
 SYNTH_WORDS = {

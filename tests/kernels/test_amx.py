@@ -7,7 +7,6 @@ needs a host with AMX (and a kernel that grants tile data), else those tests ski
 from __future__ import annotations
 
 import pytest
-from compilers import verify_with_each_compiler
 
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
@@ -20,6 +19,7 @@ from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine import isa as isa_mod
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
+from tests.support.compilers import verify_with_each_compiler
 
 AMX = "AmxTileMatmulBf16F32"
 PACK = "PackBf16Pairs"

@@ -5,7 +5,6 @@ generated C is compiled with gcc and clang and checked against numpy (the harnes
 bytes catch any store past a row)."""
 
 import pytest
-from compilers import verify_with_each_compiler
 
 from morello_build.actions.tile import register_aligned
 from morello_build.api import synthesize
@@ -18,6 +17,7 @@ from morello_build.ir.levels import Level
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import make_tensor, tile_tensor
 from morello_build.ir.text import parse_spec
+from tests.support.compilers import verify_with_each_compiler
 
 
 def vrf(shape, vs, dtype=Dtype.F32):

@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memo_support import (
+
+from morello_build.memo import value as value_mod
+from morello_build.memo.boxes import Page, coalesce, find_overlap, resolve
+from morello_build.memo.value import UNSAT, MemoValue, better, dominates
+from tests.support.memo_support import (
     V_ACTION,
     V_BASE,
     V_CHEAP,
@@ -22,10 +26,6 @@ from memo_support import (
     Fill,
     apply_to_dict,
 )
-
-from morello_build.memo import value as value_mod
-from morello_build.memo.boxes import Page, coalesce, find_overlap, resolve
-from morello_build.memo.value import UNSAT, MemoValue, better, dominates
 
 
 def fill_page(d: int, fills: list[Fill]) -> Page:

@@ -7,8 +7,8 @@ The fast run (the default test run) calls the CLI's `main` in this process with 
 stderr captured, and runs a seeded sample in real processes; `-m slow` runs every case in
 a real process. From the checkout root:
 
-    python tests/test_bad_input_battery.py           # the fast run; prints the summary table
-    python tests/test_bad_input_battery.py --full    # every case in a real process
+    python tests/e2e/test_bad_input_battery.py           # the fast run; prints the summary table
+    python tests/e2e/test_bad_input_battery.py --full    # every case in a real process
 
 A schedule that fails is the user's code: its own traceback may follow the error line
 (under "schedule traceback (most recent call last):"), but no frame of morello_build.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from morello_build.integration.config import ConfigError, decl_operands, load_config
+from tests.support.paths import REPO_ROOT
 
 GOOD = """
 [tool.morello]
@@ -272,7 +273,7 @@ def test_standalone_file_messages(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(REPO_ROOT)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-m", "morello_build.integration", "generate", *args],

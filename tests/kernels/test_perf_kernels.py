@@ -12,7 +12,6 @@ import functools
 import re
 
 import pytest
-from shared_search import synthesize_impl
 
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
@@ -29,6 +28,7 @@ from morello_build.kernels.matvec_stream import (
 )
 from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import get_target
+from tests.support.shared_search import synthesize_impl
 
 ROWS_F32 = KERNELS_BY_NAME["VecMatRowsF32"]
 ROWS_BF16 = KERNELS_BY_NAME["VecMatRowsBf16F32"]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from morello_build.machine.isa import host_supports
+from tests.support.paths import REPO_ROOT
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "peers.py"
+SCRIPT = REPO_ROOT / "benchmarks" / "peers.py"
 
 pytestmark = pytest.mark.skipif(not host_supports("avx2"), reason="the row is an avx2 kernel")
 

@@ -12,11 +12,11 @@ import subprocess
 import sys
 
 import pytest
-from compilers import verify_with_each_compiler
 
 from morello_build.api import cache_target_id, matmul_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import CodegenError, generate_c
 from morello_build.machine.target import TUNINGS, get_target
+from tests.support.compilers import verify_with_each_compiler
 
 PREFETCH = "__builtin_prefetch"
 

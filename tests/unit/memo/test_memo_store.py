@@ -18,19 +18,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memo_support import (
-    SCHEMA,
-    STORE_KEYS,
-    STORE_VALUES,
-    TARGET,
-    apply_to_dict,
-    concurrent_writer,
-    die_inside_replace,
-    flush_forever,
-    open_store,
-    random_puts,
-    store_grid,
-)
 
 from morello_build.memo.boxes import Page
 from morello_build.memo.store import (
@@ -50,6 +37,19 @@ from morello_build.memo.store import (
 )
 from morello_build.memo.value import UNSAT, MemoValue, Value
 from morello_build.search.cache_report import run_cache_command
+from tests.support.memo_support import (
+    SCHEMA,
+    STORE_KEYS,
+    STORE_VALUES,
+    TARGET,
+    apply_to_dict,
+    concurrent_writer,
+    die_inside_replace,
+    flush_forever,
+    open_store,
+    random_puts,
+    store_grid,
+)
 
 V1 = MemoValue(Fraction(7, 3), (2, 0, 5, 1), 3, 11)
 V2 = MemoValue(Fraction(1, 9), (0, 0, 0, 0), 0, 0)

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the memo table's hot paths (not a test; run ``python tests/memo_bench.py``).
+"""Micro-benchmark of the memo table's hot paths (not a test; run ``python benchmarks/memo_bench.py``).
 
 Simulates the DP's traffic: 25-d points (21 non-memory coords, 4 memory limits), puts that
 fill a box of memory limits ``[peaks, limits]`` for one Spec, then repeated point lookups.

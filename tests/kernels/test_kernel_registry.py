@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 
 import pytest
-from morello_build.verify import IsaUnavailable, verify_kernel
 
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Impl, Kernel
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, Spec

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-from compilers import verify_with_each_compiler
 
 from morello_build.actions.enumerate import dpbf16_tileable, enumerate_actions
 from morello_build.actions.move import Move
@@ -26,6 +25,7 @@ from morello_build.ir.text import parse_spec
 from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine import isa as isa_mod
 from morello_build.machine.target import get_target, resolve_tune
+from tests.support.compilers import verify_with_each_compiler
 
 TILE = "Dpbf16TileBf16F32"
 PACK = "PackBf16Pairs"

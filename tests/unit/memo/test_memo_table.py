@@ -9,11 +9,11 @@ from fractions import Fraction
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memo_support import V_BASE, V_CHEAP, V_DEPTH, VALUES, apply_to_dict
 
 from morello_build.memo.boxes import Page, find_overlap
 from morello_build.memo.table import MemoTable
 from morello_build.memo.value import UNSAT, MemoValue, Value
+from tests.support.memo_support import V_BASE, V_CHEAP, V_DEPTH, VALUES, apply_to_dict
 
 Put = tuple[str, tuple[int, ...], tuple[int, ...], Value]
 KEYS = ["Matmul{f32}", "Move/2"]

@@ -2,7 +2,6 @@
 generated C is compiled and checked against numpy."""
 
 import pytest
-from compilers import verify_with_each_compiler
 
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
@@ -19,6 +18,7 @@ from morello_build.schedules import (
     matmul_threads_split_columns,
 )
 from morello_build.search.dp import Search
+from tests.support.compilers import verify_with_each_compiler
 
 SPEC = "MatmulAccum(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 

@@ -21,13 +21,14 @@ from morello_build.integration.config_model import (
     expected_text,
     model_keys,
 )
+from tests.support.paths import REPO_ROOT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def test_generated_files_are_current() -> None:

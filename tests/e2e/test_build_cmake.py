@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from morello_build.machine.isa import ISA_FLAGS
+from tests.support.paths import BUILD_FIXTURES, REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "build_fixtures"
+ROOT = REPO_ROOT
+FIXTURES = BUILD_FIXTURES
 USE_FAKE = importlib.util.find_spec("morello_build.api") is None
 
 
