@@ -6,6 +6,11 @@ build and verify the same C. AVX-512 cases skip when the host cannot execute the
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
 from morello_build.codegen.abi import GeneratedKernel
@@ -130,5 +135,30 @@ def test_deterministic(case: tuple[str, str]) -> None:
     assert a.c_source == b.c_source and a.header == b.header
 
 
+GOLDEN = Path(__file__).with_name("c_golden.json")
+
+
+def digest(g: GeneratedKernel) -> str:
+    return hashlib.sha256((g.c_source + "\0" + g.header).encode()).hexdigest()[:20]
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_same_c_as_recorded(case: tuple[str, str]) -> None:
+    """The battery's C is what `c_golden.json` recorded: a refactoring or a faster search
+    must not change a byte. A deliberate change to the code generator or the cost model
+    rewrites the file: `python -m tests.kernels.test_codegen_battery --write-golden`."""
+    recorded = json.loads(GOLDEN.read_text())
+    assert digest(kernel(*case)) == recorded.get(_id(case)), (
+        f"generated C of {_id(case)} differs from {GOLDEN.name}; if intended, rewrite it "
+        "with `python -m tests.kernels.test_codegen_battery --write-golden`"
+    )
+
+
 def test_battery_size() -> None:
     assert len(CASES) >= 40
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
+    digests = {_id(case): digest(kernel(*case)) for case in CASES}
+    GOLDEN.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+    print(f"{GOLDEN}: {len(digests)} digests")
