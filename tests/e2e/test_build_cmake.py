@@ -1,7 +1,6 @@
 """Plain CMake: morello_add_kernel / morello_add_kernels build, link, and stay incremental.
 
-Uses the real synthesizer when morello_build.api exists, else the fake in build_fixtures (the
-plumbing under test is the same).
+The kernels are synthesized for real (small shapes), compiled and run.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from tests.support.paths import BUILD_FIXTURES, REPO_ROOT
 
 ROOT = REPO_ROOT
 FIXTURES = BUILD_FIXTURES
-USE_FAKE = importlib.util.find_spec("morello_build.api") is None
 
 
 def _cmake_dir() -> Path:
@@ -38,10 +36,7 @@ KERNEL_LINE = re.compile(r"morello: kernel (\w+)")
 
 def _env(cache: Path) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ROOT)]
-    if USE_FAKE:
-        paths.insert(0, str(FIXTURES / "fake_api"))
-    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env["MORELLO_CACHE_DIR"] = str(cache)
     env.pop("MORELLO_NO_CACHE", None)
     return env
@@ -219,11 +214,10 @@ def _load_module(path: Path) -> Any:
 
 
 def test_python_module_bindings(tmp_path: Path) -> None:
-    """The generated CPython module, built by plain CMake (always with the fake kernels:
-    this tests the bindings, not the synthesizer)."""
+    """The generated CPython module, built by plain CMake from synthesized kernels, called
+    from numpy."""
     np = pytest.importorskip("numpy")
     env = _env(tmp_path / "cache")
-    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURES / "fake_api"), env["PYTHONPATH"]])
     build = tmp_path / "build"
     src = FIXTURES / "pymodule_project"
     _run(
@@ -437,7 +431,6 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.skipif(USE_FAKE, reason="compares with the real synthesizer")
 def test_cmake_builds_the_c_that_morello_synth_prints(tmp_path: Path, cache: Path) -> None:
     """Same declaration, same host: CMake's C is byte for byte `morello synth --format c`
     (the tuning included: configure records `native` as this host's tuning, and the build

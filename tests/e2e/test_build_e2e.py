@@ -4,8 +4,7 @@ the same kernels with plain CMake as example_project/README.md says, and checks 
 plain CMake and `morello synth` wrote byte-identical C.
 
 Slow (minutes): pip builds two wheels, synthesis runs cold once. Timings are printed (-s) and
-written to $MORELLO_E2E_REPORT when set. Until the synthesizer API exists, a copy of the
-checkout gets the build_fixtures fake as morello_build/api.py, so the plumbing stays tested.
+written to $MORELLO_E2E_REPORT when set.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def _run(
 
 
 def _checkout_copy(dst: Path) -> Path:
-    """This checkout without VCS/build clutter; with the fake API if the real one is missing."""
+    """This checkout without VCS/build clutter."""
     ignore = shutil.ignore_patterns(
         ".git",
         "__pycache__",
@@ -77,15 +76,6 @@ def _checkout_copy(dst: Path) -> Path:
         "benchmarks",
     )
     shutil.copytree(ROOT, dst, ignore=ignore)
-    (dst / "morello_build" / "build").mkdir(exist_ok=True)
-    shutil.copytree(
-        ROOT / "morello_build" / "build",
-        dst / "morello_build" / "build",
-        ignore=shutil.ignore_patterns("__pycache__"),
-        dirs_exist_ok=True,
-    )
-    if not (dst / "morello_build" / "api.py").exists():
-        shutil.copy(FIXTURES / "fake_api" / "morello_fake_api.py", dst / "morello_build" / "api.py")
     return dst
 
 
