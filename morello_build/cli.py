@@ -25,7 +25,7 @@ from typing import NoReturn
 
 from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError, first_line
-from morello_build.harness.peers import PEER_ISAS
+from morello_build.harness.peer_registry import PEER_ISAS
 from morello_build.ir.text import parse_dims
 from morello_build.names import check_kernel_name
 
@@ -558,7 +558,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
             " add --threads N (N >= 2)"
         )
     if getattr(args, "peers", None) is not None:
-        from morello_build.harness.peers import ALL_PEERS, REFERENCES
+        from morello_build.harness.peer_registry import ALL_PEERS, REFERENCES
 
         known = (*ALL_PEERS, *REFERENCES)
         unknown = [p for p in args.peers.split(",") if p not in known]

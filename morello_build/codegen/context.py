@@ -225,9 +225,8 @@ class Ctx:
 
         A parallel loop's body must be its own function: inside the function OpenMP
         outlines, the kernel's `restrict` pointers arrive through a shared struct and
-        lose their no-alias promise, so the compiler reloads and reorders less. avx2
-        512^3 with 2 threads (zen3, the same C otherwise, 3 x 5 runs of 200 calls):
-        gcc 12 118-140 GF/s inline vs 136-154 outlined; clang 14 61-98 vs 115-147.
+        lose their no-alias promise, so the compiler reloads and reorders less
+        (docs/cost-model.md, "Outlined parallel loop bodies").
         """
         body = self.lines[start:]
         del self.lines[start:]

@@ -22,7 +22,7 @@ With ``threads=1`` the harness pins itself to one CPU and sets every library to 
 (openblas_set_num_threads, MKL's sequential threading layer, OMP/MKL/OPENBLAS env vars).
 With more threads, MKL runs on GNU OpenMP (one runtime shared with OpenMP kernels) and
 thread pools spin only briefly after a call, since implementations alternate. The naive
-peer is always single-threaded. The peers themselves are `harness.peers`; the C of the
+peer is always single-threaded. The peers themselves are `harness.peer_registry`; the C of the
 harness is `templates/harness.c`; the report is `harness.report`.
 """
 
@@ -64,7 +64,7 @@ from morello_build.harness.compile import (
     write_sources,
 )
 from morello_build.harness.csources import render
-from morello_build.harness.peers import (
+from morello_build.harness.peer_registry import (
     ALL_PEERS,
     COMPUTE_PEAKS,
     HOST_NAIVE_ARCH,

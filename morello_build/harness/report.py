@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from morello_build.harness.peers import AMX_PEAK, FMA_PEAK, ONE_THREAD, STREAM_READ
+from morello_build.harness.peer_registry import AMX_PEAK, FMA_PEAK, ONE_THREAD, STREAM_READ
 from morello_build.machine.target import tune_note
 
 

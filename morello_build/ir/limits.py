@@ -23,10 +23,6 @@ def next_pow2(x: int) -> int:
     return 0 if x <= 0 else 1 << (x - 1).bit_length()
 
 
-def snap_up(peaks: Limits) -> Limits:
-    return tuple(v if _REGISTER_LEVELS[i] else next_pow2(v) for i, v in enumerate(peaks))
-
-
 def subtract(limits: Limits, used: Limits) -> Limits | None:
     """Budget left for children after allocating `used`, or None if it does not fit."""
     out = []

@@ -9,11 +9,11 @@ import math
 import pytest
 
 import morello_build.harness.bench as bench_mod
-import morello_build.harness.peers as peers_mod
+import morello_build.harness.peer_registry as peers_mod
 import morello_build.harness.report as report_mod
 from morello_build.harness.bench import BenchError, bench_kernel
 from morello_build.harness.compile import IsaUnavailable
-from morello_build.harness.peers import ALL_PEERS, find_mkl, find_openblas
+from morello_build.harness.peer_registry import ALL_PEERS, find_mkl, find_openblas
 from tests.support.handwritten import matmul_kernel, zero_kernel
 
 FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol

@@ -1,4 +1,4 @@
-"""The peer registry (`harness.peers`): every peer either gives the harness an entry or a
+"""The peer registry (`harness.peer_registry`): every peer either gives the harness an entry or a
 reason; the f32 / bf16 / thread rules; the ISA pins; the peers' own C builds."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from morello_build.codegen.abi import KernelABI, OperandABI
 from morello_build.harness.compile import compile_object, find_compiler, kernel_flags
-from morello_build.harness.peers import (
+from morello_build.harness.peer_registry import (
     ALL_PEERS,
     HOST_NAIVE_ARCH,
     LIBRARIES,
