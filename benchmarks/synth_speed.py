@@ -1,9 +1,15 @@
-"""Cold synthesis speed: seconds, Specs solved and peak memory per matmul size and target.
+"""Cold synthesis speed of source trees side by side: Specs solved, seconds, Specs/s, peak RSS.
 
-    python benchmarks/synth_speed.py [--sizes 64,128,256,512] [--targets avx2,avx512]
+    python benchmarks/synth_speed.py                              # this tree, the default cases
+    python benchmarks/synth_speed.py --ref 72d44f3                # ... and a git ref beside it
+    python benchmarks/synth_speed.py --cases avx2:f32:64,avx2:bf16:128 --ref main --ref HEAD~3
 
-Each synthesis runs in a fresh process with the persistent cache disabled (cold), so the
-numbers are comparable; peak memory is the child's max RSS.
+A case is `ISA:DTYPE:N` (an N^3 matmul). Each synthesis runs in a fresh process with the
+persistent cache disabled, so every row is cold and rows are comparable; peak RSS is what the
+child reports for itself (`ru_maxrss`). A `--ref` is exported with `git archive` into a
+temporary directory and imported from there, so it needs no checkout. The speed-up column is
+the first tree's seconds over the row's. Synthesis needs no hardware of the target ISA, so
+avx512 and amx cases run on any x86 host. Record the CPU (`lscpu`) with every table.
 """
 
 from __future__ import annotations
@@ -11,52 +17,126 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CASES = "avx2:f32:64,avx2:f32:128,avx2:f32:512,avx512:f32:512,avx2:bf16:256,amx:bf16:256"
 
 CHILD = r"""
-import json, sys, time
-from morello_build.api import synthesize, matmul_spec_text
-n, isa = int(sys.argv[1]), sys.argv[2]
+import json, resource, sys, time
+from morello_build.api import matmul_spec_text, synthesize
+isa, dtype, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()
-s = synthesize(matmul_spec_text(1, n, n, n), isa, use_cache=False)
-print(json.dumps({"seconds": time.perf_counter() - t0, "solved": s.solved,
-                  "cost": s.impl.cost.main}))
+s = synthesize(matmul_spec_text(1, n, n, n, dtype=dtype), isa, use_cache=False)
+seconds = time.perf_counter() - t0
+print(json.dumps({"seconds": seconds, "solved": s.solved, "cost": s.impl.cost.main,
+                  "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
 
-def run(n: int, isa: str) -> dict[str, float]:
-    env = dict(os.environ, MORELLO_NO_CACHE="1")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(n), isa],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    doc = json.loads(out.stdout)
-    doc["peak_mib"] = max(after, before) / 1024
-    return doc
+@dataclass(frozen=True)
+class Case:
+    isa: str
+    dtype: str
+    n: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.isa} {self.dtype} {self.n}^3"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="64,128,256,512")
-    p.add_argument("--targets", default="avx2,avx512")
-    args = p.parse_args()
-    print("| target | size | cold seconds | Specs solved | peak MiB | model cost |")
-    print("|---|---|---|---|---|---|")
-    for isa in args.targets.split(","):
-        for n in (int(x) for x in args.sizes.split(",")):
-            d = run(n, isa)
-            print(
-                f"| {isa} | {n}^3 | {d['seconds']:.1f} | {d['solved']} | "
-                f"{d['peak_mib']:.0f} | {d['cost']} |",
-                flush=True,
+@dataclass(frozen=True)
+class Row:
+    seconds: float
+    solved: int
+    cost: int
+    peak_mib: float
+
+
+def parse_cases(text: str) -> list[Case]:
+    cases = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        parts = item.split(":")
+        if len(parts) != 3 or parts[1] not in ("f32", "bf16") or not parts[2].isdigit():
+            raise SystemExit(
+                f"--cases: expected ISA:DTYPE:N items (e.g. avx2:f32:64), got {item!r}"
             )
+        cases.append(Case(parts[0], parts[1], int(parts[2])))
+    return cases
+
+
+def export_ref(ref: str, into: Path) -> Path:
+    """The package of git ref `ref`, unpacked under `into` (an importable directory)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "morello_build"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"--ref {ref}: {archive.stderr.decode().strip()}")
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def run(case: Case, tree: Path, timeout: float) -> Row | str:
+    """One cold synthesis of `case` with the package of `tree`; a string says why it failed."""
+    env = dict(os.environ, MORELLO_NO_CACHE="1", PYTHONPATH=str(tree))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, case.isa, case.dtype, str(case.n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s"
+    if out.returncode != 0:
+        lines = out.stderr.strip().splitlines()
+        return f"failed: {lines[-1] if lines else f'exit {out.returncode}'}"
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    return Row(doc["seconds"], doc["solved"], doc["cost"], doc["peak_kib"] / 1024)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--cases", default=DEFAULT_CASES, help=f"[default: {DEFAULT_CASES}]")
+    p.add_argument(
+        "--ref", action="append", default=[], help="a git ref to time beside this tree (repeatable)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds per synthesis [default: 1800]"
+    )
+    args = p.parse_args(argv)
+    cases = parse_cases(args.cases)
+    with tempfile.TemporaryDirectory(prefix="morello-synth-speed-") as tmp:
+        trees = [("this tree", REPO)]
+        for i, ref in enumerate(args.ref):
+            trees.append((ref, export_ref(ref, Path(tmp) / str(i))))
+        print("| case | tree | Specs solved | seconds | Specs/s | peak MiB | speed-up | cost |")
+        print("|---|---|---|---|---|---|---|---|")
+        for case in cases:
+            first: Row | None = None
+            for name, tree in trees:
+                r = run(case, tree, args.timeout)
+                if isinstance(r, str):
+                    print(f"| {case.label} | {name} | {r} | | | | | |", flush=True)
+                    continue
+                first = first or r
+                print(
+                    f"| {case.label} | {name} | {r.solved} | {r.seconds:.1f} | "
+                    f"{r.solved / r.seconds:,.0f} | {r.peak_mib:.0f} | "
+                    f"{first.seconds / r.seconds:.2f}x | {r.cost} |",
+                    flush=True,
+                )
     return 0
 
 
