@@ -127,9 +127,7 @@ class Schedule:
 
         with search_session():
             impl = fill(self.impl, self.target.max_limits)
-            flush = getattr(search.memo, "flush", None)
-            if flush is not None:
-                flush()
+            search.memo.flush()
             return replace(self, impl=with_costs(impl, self.target))
 
     def _default_path(self) -> Path:

@@ -269,7 +269,7 @@ def _check_one_thread(kernel: GeneratedKernel, one: GeneratedKernel, threads: in
             f"one_thread kernel needs a C name of its own (not {b.name!r}, the kernel's or "
             "the harness's)"
         )
-    if "#pragma omp" in one.c_source:
+    if uses_openmp(one):
         raise ValueError(
             f"one_thread kernel {b.name!r} has parallel loops: synthesize it for 1 thread"
         )

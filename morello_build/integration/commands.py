@@ -17,6 +17,8 @@ from typing import Any
 import morello_build
 from morello_build.errors import MorelloError, first_line
 from morello_build.integration.config import (
+    TARGETS,
+    TUNES,
     ConfigError,
     MorelloConfig,
     load_config,
@@ -35,7 +37,6 @@ from morello_build.integration.generate import (
     write_outputs,
 )
 from morello_build.integration.runner import is_stale, run_kernels
-from morello_build.machine import isa as isa_mod
 from morello_build.machine.target import resolve_tune
 from morello_build.memo.store import one_line_warnings
 from morello_build.names import check_kernel_name
@@ -43,7 +44,7 @@ from morello_build.names import check_kernel_name
 
 def _parse_isa_list(text: str) -> tuple[str, ...]:
     items = [t.strip() for t in text.split(",") if t.strip()]
-    allowed = ("native", *isa_mod.ISAS)
+    allowed = TARGETS
     if not items or any(t not in allowed for t in items) or len(set(items)) != len(items):
         raise ConfigError(
             f"--target: expected one of {', '.join(allowed)} or a comma-separated list of them, "
@@ -55,8 +56,6 @@ def _parse_isa_list(text: str) -> tuple[str, ...]:
 
 
 def _parse_tune(text: str | None) -> str | None:
-    from morello_build.integration.config import TUNES
-
     if text is not None and text not in TUNES:
         raise ConfigError(f"--tune: expected one of {', '.join(TUNES)}, got {text!r}")
     return text

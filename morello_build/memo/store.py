@@ -87,7 +87,7 @@ LOCK_NAME = ".lock"
 MAX_FILE_BYTES = 256 << 20
 
 _PREFIX = struct.Struct("<8sHHIQ32s")
-_TMP_RE = re.compile(r"^\..+\.page\.\d+\.[0-9a-f]+\.tmp$")
+_TMP_RE = re.compile(r"^\..+\.page\.(\d+)\.[0-9a-f]+\.tmp$")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-,=+@.")
 _MAX_NAME = 120
 
@@ -212,14 +212,18 @@ def _dir_problem(path: Path, st: os.stat_result, *, sticky_ok: bool) -> str | No
     """Why a directory of the cache must not be trusted (as ssh's StrictModes): owned by
     another user (root excepted), or writable by group or others (a sticky directory such
     as /tmp excepted where `sticky_ok`)."""
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a directory"
     if st.st_uid not in (os.getuid(), 0):
         return f"{path} is owned by another user (uid {st.st_uid})"
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022 and not (sticky_ok and mode & stat.S_ISVTX):
         return f"{path} is writable by other users (mode {mode:04o})"
     return None
+
+
+def is_default_root(root: Path | str | None) -> bool:
+    """No root was given and none is set in the environment: the default location, whose
+    permissions morello-build may fix (`root_problem`'s `fix_root`)."""
+    return root is None and not os.environ.get("MORELLO_CACHE_DIR")
 
 
 def root_problem(root: Path, *subdirs: str, fix_root: bool = False) -> str | None:
@@ -305,12 +309,8 @@ def one_line_warnings(prog: str) -> Iterator[None]:
 
 def _temp_owner(name: str) -> int | None:
     """The pid in a temp file name `.<page>.<pid>.<hex>.tmp` (see `_write_atomic`)."""
-    if not _TMP_RE.match(name):
-        return None
-    try:
-        return int(name.rsplit(".", 3)[1])
-    except (ValueError, IndexError):
-        return None
+    m = _TMP_RE.match(name)
+    return int(m[1]) if m else None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -631,7 +631,7 @@ class CacheStore:
         self.lock_timeout = lock_timeout
         resolved = Path(root) if root is not None else cache_root()
         # Only the default location is "ours" to chmod; a user-chosen root keeps its mode.
-        self._fix_root = root is None and not os.environ.get("MORELLO_CACHE_DIR")
+        self._fix_root = is_default_root(root)
         if resolved is not None:
             problem = root_problem(
                 resolved, name_for_key(schema), name_for_key(target), fix_root=self._fix_root

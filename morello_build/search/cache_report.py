@@ -16,6 +16,7 @@ from morello_build.memo.store import (
     cache_root,
     clear,
     info,
+    is_default_root,
     name_for_key,
     root_problem,
     stray_temp_files,
@@ -135,7 +136,7 @@ def run_cache_command(action: str, root: Path | None = None, out: TextIO | None 
         why = "not a directory" if base.exists() else "no such directory"
         print(f"morello cache: error: --root {base}: {why}", file=sys.stderr)
         return 2
-    problem = root_problem(base, name_for_key(schema_stamp()), fix_root=root is None)
+    problem = root_problem(base, name_for_key(schema_stamp()), fix_root=is_default_root(root))
     if problem is not None:
         print(f"morello cache: warning: {problem}", file=sys.stderr)
     if action == "path":

@@ -105,7 +105,6 @@ class PersistentMemo(DictMemo):
         self.store = CacheStore(
             schema_stamp(), cache_target_id(target), root=root, memory_dims=LEVEL_COUNT
         )
-        self.cache_hits = 0
         self.rejected = 0  # cached answers that failed the replay check (re-solved)
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
         self._pending: list[tuple[LogicalSpec, Limits, Result]] = []

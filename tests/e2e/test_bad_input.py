@@ -18,10 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO_ROOT
-
-REPO = REPO_ROOT
-
 #: Names issue 31 reported as accepted, plus the classes behind them.
 BAD_NAMES = [
     "stdin",

@@ -213,11 +213,11 @@ def _load_module(path: Path) -> Any:
     return mod
 
 
-def test_python_module_bindings(tmp_path: Path) -> None:
+def test_python_module_bindings(tmp_path: Path, cache: Path) -> None:
     """The generated CPython module, built by plain CMake from synthesized kernels, called
     from numpy."""
     np = pytest.importorskip("numpy")
-    env = _env(tmp_path / "cache")
+    env = _env(cache)
     build = tmp_path / "build"
     src = FIXTURES / "pymodule_project"
     _run(

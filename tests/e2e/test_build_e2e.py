@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import BUILD_FIXTURES, REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
-FIXTURES = BUILD_FIXTURES
 KERNELS = ("mm64", "matvec_bf16", "mm_odd")
 #: `morello synth` words for each kernel of example_project/pyproject.toml.
 SYNTH_WORDS = {

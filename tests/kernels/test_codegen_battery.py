@@ -6,6 +6,7 @@ build and verify the same C. AVX-512 cases skip when the host cannot execute the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -138,6 +139,11 @@ def test_deterministic(case: tuple[str, str]) -> None:
 GOLDEN = Path(__file__).with_name("c_golden.json")
 
 
+@functools.cache
+def _golden() -> dict[str, str]:
+    return json.loads(GOLDEN.read_text())
+
+
 def digest(g: GeneratedKernel) -> str:
     return hashlib.sha256((g.c_source + "\0" + g.header).encode()).hexdigest()[:20]
 
@@ -147,7 +153,7 @@ def test_same_c_as_recorded(case: tuple[str, str]) -> None:
     """The battery's C is what `c_golden.json` recorded: a refactoring or a faster search
     must not change a byte. A deliberate change to the code generator or the cost model
     rewrites the file: `python -m tests.kernels.test_codegen_battery --write-golden`."""
-    recorded = json.loads(GOLDEN.read_text())
+    recorded = _golden()
     assert digest(kernel(*case)) == recorded.get(_id(case)), (
         f"generated C of {_id(case)} differs from {GOLDEN.name}; if intended, rewrite it "
         "with `python -m tests.kernels.test_codegen_battery --write-golden`"

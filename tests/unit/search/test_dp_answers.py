@@ -91,6 +91,7 @@ def make_queries() -> list[tuple[str, str, tuple[int, ...]]]:
     return queries
 
 
+@functools.cache
 def _recorded() -> list[dict[str, object]]:
     return json.loads(RECORDED.read_text())
 
