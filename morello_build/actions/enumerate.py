@@ -5,7 +5,12 @@ and the target, never on memory limits. Order: moves, tilings, splits, kernels, 
 
 The search space is Morello's, pruned where a move could never pay off, to keep Python
 synthesis fast (each pruning is a documented choice, not a limitation of the model):
-- same-level relayouts (packing) only for Matmul inputs in GL/L1;
+- same-level relayouts (packing) only for Matmul inputs in GL/L1, and none in GL of an
+  input that is already packed (panels or k-pairs): the search packs B once, a second
+  whole-tensor copy never paid, and each allowed one spawned a chain of
+  repacks p8 -> p16 -> p8 ... halving the GL budget down to zero, every link a re-solve of
+  the same subtree (avx2 f32 64^3: 93,379 -> 53,840 Specs solved, same answers for the
+  2,000 pinned queries and the same C for the codegen battery; docs/performance.md);
 - RF moves only from L1 and only for single values (vectors do the register blocking);
 - a non-accumulating Matmul only tiles, moves its output, takes L1 cache views of its
   inputs, or becomes zero + accumulate (so an output tile can be zeroed in registers
@@ -283,6 +288,8 @@ def _relayouts(
     `[n / p][k][p]` with p one or two vector widths (in GL or L1), which make each
     k-row of a register tile one contiguous run.
     """
+    if level is Level.GL is t.level and not _is_plain(t.layout):
+        return []  # no GL repacking of a packed tensor (module docstring)
     shape = t.shape
     out = []
     rm = lay.row_major(shape)
@@ -303,6 +310,11 @@ def _relayouts(
             if pairs is not None:
                 out.append(pairs)
     return [x for x in dict.fromkeys(out) if x != t.layout]
+
+
+def _is_plain(layout: lay.Layout) -> bool:
+    """A layout of whole dims only (row-major, column-major, ...): no panels or pairs."""
+    return all(d.kind == lay.DYN for d in layout.dims)
 
 
 def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
