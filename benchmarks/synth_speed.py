@@ -33,7 +33,8 @@ isa, dtype, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()
 s = synthesize(matmul_spec_text(1, n, n, n, dtype=dtype), isa, use_cache=False)
 seconds = time.perf_counter() - t0
-print(json.dumps({"seconds": seconds, "solved": s.solved, "cost": s.impl.cost.main,
+import morello_build
+print(json.dumps({"package": morello_build.__file__, "seconds": seconds, "solved": s.solved, "cost": s.impl.cost.main,
                   "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
@@ -90,6 +91,7 @@ def run(case: Case, tree: Path, timeout: float) -> Row | str:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, case.isa, case.dtype, str(case.n)],
             env=env,
+            cwd=tree,  # `python -c` puts the working directory first on sys.path
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -101,6 +103,8 @@ def run(case: Case, tree: Path, timeout: float) -> Row | str:
         lines = out.stderr.strip().splitlines()
         return f"failed: {lines[-1] if lines else f'exit {out.returncode}'}"
     doc = json.loads(out.stdout.strip().splitlines()[-1])
+    if not Path(doc["package"]).resolve().is_relative_to(tree.resolve()):
+        return f"failed: imported {doc['package']}, not the tree's package"
     return Row(doc["seconds"], doc["solved"], doc["cost"], doc["peak_kib"] / 1024)
 
 
