@@ -46,6 +46,7 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
 from __future__ import annotations
 
 import functools
+from typing import TypeVar, cast
 
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action, Plan
@@ -63,11 +64,21 @@ from morello_build.kernels.k_pairs import AMX_PAIRS_DIMS, amx_pairs_layout
 from morello_build.kernels.registry import kernels_for
 from morello_build.machine.target import Target
 
+T = TypeVar("T")
 ActionPlans = tuple[tuple[Action, Plan], ...]
 
 # Per target: id(interned spec) -> (spec, its action plans). The spec is kept so its id
 # stays unique while the entry lives.
 _CACHE: dict[Target, dict[int, tuple[LogicalSpec, ActionPlans]]] = {}
+
+
+# Equal actions and equal coefficient or `own` tuples of different Specs' plans, kept as one
+# object each: most recur across thousands of Specs (peak RSS: docs/performance.md).
+_SHARED: dict[object, object] = {}
+
+
+def _shared(value: T) -> T:
+    return cast(T, _SHARED.setdefault(value, value))
 
 
 def plans_cache(target: Target) -> dict[int, tuple[LogicalSpec, ActionPlans]]:
@@ -91,7 +102,9 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
         for a in enumerate_actions(spec, target):
             p = a.plan(spec, target)
             if p is not None:
-                out.append((a, Plan(tuple(map(intern, p.children)), p.coefs, p.const, p.own)))
+                children = tuple(map(intern, p.children))
+                plan = Plan(children, _shared(p.coefs), p.const, _shared(p.own))
+                out.append((_shared(a), plan))
         found = (spec, tuple(out))
         cache[id(spec)] = found
     return found[1]
@@ -99,6 +112,7 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _SHARED.clear()
 
 
 def cached_specs() -> int:
