@@ -4,7 +4,9 @@
     python benchmarks/synth_speed.py --ref 72d44f3                # ... and a git ref beside it
     python benchmarks/synth_speed.py --cases avx2:f32:64,avx2:bf16:128 --ref main --ref HEAD~3
 
-A case is `ISA:DTYPE:N` (an N^3 matmul). Each synthesis runs in a fresh process with the
+Rows per case: this tree with its search core compiled by mypyc (a copy of the tree built in
+a temporary directory, as a wheel build does; skipped with `--no-compiled`), this tree as
+pure Python (`MORELLO_PURE_PYTHON=1`), then each `--ref`. A case is `ISA:DTYPE:N` (an N^3 matmul). Each synthesis runs in a fresh process with the
 persistent cache disabled, so every row is cold and rows are comparable; peak RSS is what the
 child reports for itself (`ru_maxrss`). A `--ref` is exported with `git archive` into a
 temporary directory and imported from there, so it needs no checkout. The speed-up column is
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,8 +36,9 @@ isa, dtype, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()
 s = synthesize(matmul_spec_text(1, n, n, n, dtype=dtype), isa, use_cache=False)
 seconds = time.perf_counter() - t0
-import morello_build
-print(json.dumps({"package": morello_build.__file__, "seconds": seconds, "solved": s.solved, "cost": s.impl.cost.main,
+import morello_build, morello_build.search.dp as dp
+print(json.dumps({"package": morello_build.__file__, "native": not dp.__file__.endswith(".py"),
+                  "seconds": seconds, "solved": s.solved, "cost": s.impl.cost.main,
                   "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
@@ -84,9 +88,34 @@ def export_ref(ref: str, into: Path) -> Path:
     return into
 
 
-def run(case: Case, tree: Path, timeout: float) -> Row | str:
+def compile_tree(into: Path) -> Path:
+    """A copy of this tree's package with the modules of `native.CORE_MODULES` compiled by
+    mypyc in place (what setup.py does for a wheel)."""
+    pkg = into / "morello_build"
+    shutil.copytree(REPO / "morello_build", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    sys.path.insert(0, str(into))
+    try:
+        from morello_build.native import CORE_MODULES
+    finally:
+        sys.path.remove(str(into))
+    files = [m.replace(".", "/") + ".py" for m in CORE_MODULES]
+    print(f"(compiling {len(files)} modules with mypyc ...)", file=sys.stderr, flush=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mypyc", *files], cwd=into, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"mypyc failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return into
+
+
+def run(
+    case: Case, tree: Path, timeout: float, pure: bool = False, native: bool = False
+) -> Row | str:
     """One cold synthesis of `case` with the package of `tree`; a string says why it failed."""
     env = dict(os.environ, MORELLO_NO_CACHE="1", PYTHONPATH=str(tree))
+    env.pop("MORELLO_PURE_PYTHON", None)
+    if pure:
+        env["MORELLO_PURE_PYTHON"] = "1"
     try:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, case.isa, case.dtype, str(case.n)],
@@ -105,6 +134,10 @@ def run(case: Case, tree: Path, timeout: float) -> Row | str:
     doc = json.loads(out.stdout.strip().splitlines()[-1])
     if not Path(doc["package"]).resolve().is_relative_to(tree.resolve()):
         return f"failed: imported {doc['package']}, not the tree's package"
+    if pure and doc["native"]:
+        return "failed: MORELLO_PURE_PYTHON=1 still imported the compiled core"
+    if native and not doc["native"]:
+        return "failed: the compiled core was not imported"
     return Row(doc["seconds"], doc["solved"], doc["cost"], doc["peak_kib"] / 1024)
 
 
@@ -117,20 +150,29 @@ def main(argv: list[str] | None = None) -> int:
         "--ref", action="append", default=[], help="a git ref to time beside this tree (repeatable)"
     )
     p.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="no row for this tree compiled with mypyc (saves its ~1 min build)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds per synthesis [default: 1800]"
     )
     args = p.parse_args(argv)
     cases = parse_cases(args.cases)
     with tempfile.TemporaryDirectory(prefix="morello-synth-speed-") as tmp:
-        trees = [("this tree", REPO)]
+        trees: list[tuple[str, Path, bool, bool]] = []  # name, package root, pure, native
+        if not args.no_compiled:
+            compiled = compile_tree(Path(tmp) / "compiled")
+            trees.append(("this tree, compiled", compiled, False, True))
+        trees.append(("this tree, pure Python", REPO, True, False))
         for i, ref in enumerate(args.ref):
-            trees.append((ref, export_ref(ref, Path(tmp) / str(i))))
+            trees.append((ref, export_ref(ref, Path(tmp) / str(i)), False, False))
         print("| case | tree | Specs solved | seconds | Specs/s | peak MiB | speed-up | cost |")
         print("|---|---|---|---|---|---|---|---|")
         for case in cases:
             first: Row | None = None
-            for name, tree in trees:
-                r = run(case, tree, args.timeout)
+            for name, tree, pure, native in trees:
+                r = run(case, tree, args.timeout, pure, native)
                 if isinstance(r, str):
                     print(f"| {case.label} | {name} | {r} | | | | | |", flush=True)
                     continue
