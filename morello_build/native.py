@@ -48,6 +48,7 @@ CORE_MODULES: tuple[str, ...] = (
 
 #: The environment variable that makes the package import the `.py` sources.
 PURE_ENV = "MORELLO_PURE_PYTHON"
+_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def pure_requested() -> bool:
@@ -80,14 +81,15 @@ def install() -> None:
 
 
 def is_compiled(module: str) -> bool:
-    """Whether `module` is (or, not yet imported, would be) loaded from an extension."""
+    """Whether `module` is (or, not yet imported, would be) loaded from an extension. Looks
+    at files only: imports nothing."""
     mod = sys.modules.get(module)
     if mod is not None:
-        origin = getattr(mod, "__file__", None) or ""
-    else:
-        spec = importlib.util.find_spec(module)
-        origin = (spec.origin if spec is not None else None) or ""
-    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+        return (getattr(mod, "__file__", None) or "").endswith(_SUFFIXES)
+    if pure_requested() or not module.startswith("morello_build."):
+        return False
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *module.split(".")[1:])
+    return any(os.path.isfile(base + suffix) for suffix in _SUFFIXES)
 
 
 def compiled_modules() -> list[str]:
@@ -102,5 +104,5 @@ def describe() -> str:
         return "search core: compiled (mypyc)"
     if n:
         return f"search core: partly compiled ({n} of {len(CORE_MODULES)} modules, mypyc)"
-    why = f" ({PURE_ENV}=1)" if pure_requested() else ""
+    why = f", {PURE_ENV}=1" if pure_requested() else ""
     return f"search core: pure Python{why}"
