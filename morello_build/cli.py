@@ -28,6 +28,7 @@ from morello_build.errors import MorelloError, SpecError, first_line
 from morello_build.harness.peer_registry import PEER_ISAS
 from morello_build.ir.text import parse_dims
 from morello_build.names import check_kernel_name
+from morello_build.native import describe
 
 SPEC_HELP = (
     "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
@@ -373,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Synthesize fast, verified x86 C kernels with dynamic programming over "
         "program rewrites (the Morello approach).",
     )
-    p.add_argument("--version", action="version", version=f"morello-build {__version__}")
+    p.add_argument(
+        "--version", action="version", version=f"morello-build {__version__}, {describe()}"
+    )
     p.add_argument(
         "--cmake-dir",
         action="store_true",

@@ -114,14 +114,15 @@ class MemoTable:
 
     # ------------------------------------------------------------------ lookups
 
-    def get(self, key: str, point: tuple[int, ...]) -> Value | None:
+    def get(self, key: str, point: Sequence[int]) -> Value | None:
         """The value stored at ``point`` of table ``key``, or None on a miss."""
-        if type(point) is not tuple:
-            point = tuple(point)
-        v = self._hot.get((key, point), _MISSING)
+        # Any sequence of ints (declared so: compiled by mypyc, a `tuple` parameter would
+        # reject a list).
+        pt = point if type(point) is tuple else tuple(point)
+        v = self._hot.get((key, pt), _MISSING)
         if v is not _MISSING:
             return v  # type: ignore[return-value]
-        return self._get_slow(key, point)
+        return self._get_slow(key, pt)
 
     def _get_slow(self, key: str, point: tuple[int, ...]) -> Value | None:
         d = self._dims.get(key)

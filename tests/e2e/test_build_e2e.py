@@ -13,14 +13,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
-import venv
 from pathlib import Path
 
 import pytest
 
+from tests.support.builds import checkout_copy, clean_env, fresh_venv, run
 from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -38,46 +36,6 @@ pytestmark = [
 ]
 
 
-def _run(
-    cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 3600
-) -> tuple[str, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    dt = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-20000:]}")
-    return proc.stdout, dt
-
-
-def _checkout_copy(dst: Path) -> Path:
-    """This checkout without VCS/build clutter."""
-    ignore = shutil.ignore_patterns(
-        ".git",
-        "__pycache__",
-        "*.egg-info",
-        "build",
-        "dist",
-        ".venv*",
-        ".pytest_cache",
-        ".mypy_cache",
-        ".ruff_cache",
-        "example_project",
-        "tests",
-        "benchmarks",
-    )
-    shutil.copytree(ROOT, dst, ignore=ignore)
-    return dst
-
-
 def _summaries(log: str) -> dict[str, str]:
     """Kernel name -> the generate step's one-line summary, from pip -v output."""
     found: dict[str, str] = {}
@@ -89,21 +47,15 @@ def _summaries(log: str) -> dict[str, str]:
 
 
 def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
-    env = dict(os.environ)
-    for var in ("PYTHONPATH", "MORELLO_NO_CACHE", "VIRTUAL_ENV"):
-        env.pop(var, None)
-    env["MORELLO_CACHE_DIR"] = str(tmp_path / "cache")
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env = clean_env(tmp_path / "cache")
     timings: dict[str, float] = {}
 
-    venv_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(venv_dir)
-    py = str(venv_dir / "bin" / "python")
-    _run([py, "-m", "pip", "install", "-q", "numpy", "pytest"], env, tmp_path)
+    py = fresh_venv(tmp_path / "venv")
+    run([py, "-m", "pip", "install", "-q", "numpy", "pytest"], env, tmp_path)
 
-    src = _checkout_copy(tmp_path / "morello-build")
+    src = checkout_copy(tmp_path / "morello-build")
     dist = tmp_path / "dist"
-    _, timings["wheel"] = _run(
+    _, timings["wheel"] = run(
         [py, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(src)], env, tmp_path
     )
     wheels = list(dist.glob("morello_build-*.whl"))
@@ -141,7 +93,7 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
 
     # The cold build keeps its build directory, to compare its C with `morello synth`.
     pip_build = tmp_path / "pip-build"
-    cold_log, timings["pip_install_cold"] = _run(
+    cold_log, timings["pip_install_cold"] = run(
         [*install, f"--config-settings=build-dir={pip_build}"], env, tmp_path
     )
     cold = _summaries(cold_log)
@@ -151,38 +103,36 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
         assert re.search(rf"^\s*morello: kernel {k} \(", cold_log, re.M), cold_log[-5000:]
     assert re.search(r"^\s*morello: 3 kernels in [0-9.]+ s: 3 synthesized", cold_log, re.M)
 
-    out, _ = _run(
+    out, _ = run(
         [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(example / "tests")], env, tmp_path
     )
     assert " passed" in out and "failed" not in out, out
-    table, _ = _run([py, "-m", "example_project"], env, tmp_path)
+    table, _ = run([py, "-m", "example_project"], env, tmp_path)
     for k in KERNELS:
         assert re.search(rf"^{k}\s", table, re.M), table
 
-    warm_log, timings["pip_install_warm"] = _run(install, env, tmp_path)
+    warm_log, timings["pip_install_warm"] = run(install, env, tmp_path)
     warm = _summaries(warm_log)
     assert set(warm) == set(KERNELS), warm_log[-5000:]
     for k, line in warm.items():
         assert line.startswith(f"{k}: cache hit"), line
-    out, _ = _run(
-        [py, "-c", "import example_project as e; print(sorted(e.KERNELS))"], env, tmp_path
-    )
+    out, _ = run([py, "-c", "import example_project as e; print(sorted(e.KERNELS))"], env, tmp_path)
     assert out.strip() == str(sorted(KERNELS))
 
     # The same kernels with plain CMake, as example_project/README.md says: from the root of
     # the checkout, the venv holding morello-build, found through --cmake-dir; linked into a
     # C program.
-    _run(
+    run(
         [py, "-m", "pip", "install", "-q", "--find-links", str(dist), "morello-build"],
         env,
         tmp_path,
     )
     shutil.copytree(example, src / "example_project", ignore=shutil.ignore_patterns("build"))
-    cmake_dir, _ = _run([py, "-m", "morello_build", "--cmake-dir"], env, src)
+    cmake_dir, _ = run([py, "-m", "morello_build", "--cmake-dir"], env, src)
     assert Path(cmake_dir.strip()) == src / "morello_build" / "cmake"
     build = tmp_path / "cmake-build"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    _run(
+    run(
         [
             "cmake",
             "-S",
@@ -198,19 +148,19 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
         env,
         src,
     )
-    cmake_log, timings["plain_cmake_build"] = _run(["cmake", "--build", str(build)], env, src)
+    cmake_log, timings["plain_cmake_build"] = run(["cmake", "--build", str(build)], env, src)
     plain = _summaries(cmake_log)
     assert set(plain) == set(KERNELS), cmake_log
     assert all(line.startswith(f"{k}: cache hit") for k, line in plain.items()), plain
-    c_out, _ = _run([str(build / "check_kernels")], env, tmp_path)
+    c_out, _ = run([str(build / "check_kernels")], env, tmp_path)
     assert c_out.count(" ok ") == len(KERNELS), c_out
-    again, _ = _run(["cmake", "--build", str(build)], env, src)
+    again, _ = run(["cmake", "--build", str(build)], env, src)
     assert _summaries(again) == {}, again
 
     # pip, plain CMake and `morello synth` write the same C for the same declaration.
     for k, words in SYNTH_WORDS.items():
         c = tmp_path / f"{k}.c"
-        _run(
+        run(
             [
                 py,
                 "-m",
