@@ -6,7 +6,10 @@
 
 Rows per case: this tree with its search core compiled by mypyc (a copy of the tree built in
 a temporary directory, as a wheel build does; skipped with `--no-compiled`), this tree as
-pure Python (`MORELLO_PURE_PYTHON=1`), then each `--ref`. A case is `ISA:DTYPE:N` (an N^3 matmul). Each synthesis runs in a fresh process with the
+pure Python (`MORELLO_PURE_PYTHON=1`), then each `--ref`. `--example` adds a second table: the
+example project's cold and warm `pip install` with a wheel of each tree (this tree built
+compiled and with `MORELLO_BUILD_PURE=1`, each ref as it builds), each in a fresh venv with an
+empty cache. A case is `ISA:DTYPE:N` (an N^3 matmul). Each synthesis runs in a fresh process with the
 persistent cache disabled, so every row is cold and rows are comparable; peak RSS is what the
 child reports for itself (`ru_maxrss`). A `--ref` is exported with `git archive` into a
 temporary directory and imported from there, so it needs no checkout. The speed-up column is
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +145,69 @@ def run(
     return Row(doc["seconds"], doc["solved"], doc["cost"], doc["peak_kib"] / 1024)
 
 
+def export_source(ref: str, into: Path) -> Path:
+    """The whole tree of git ref `ref` (package, build files, example project) under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"--ref {ref}: {archive.stderr.decode().strip()}")
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def example_install(src: Path, work: Path, pure_build: bool, timeout: float) -> list[float] | str:
+    """Seconds to build a wheel of `src`, then to `pip install` its example project cold
+    (fresh venv, empty cache) and warm (reinstalled over the filled cache)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MORELLO_", "PYTHONPATH"))}
+    env["MORELLO_CACHE_DIR"] = str(work / "cache")
+    if pure_build:
+        env["MORELLO_BUILD_PURE"] = "1"
+    dist, venv = work / "dist", work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    example = str(src / "example_project")
+    steps = [
+        [py, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)],
+        [py, "-m", "pip", "install", "-q", "--find-links", str(dist), example],
+        [py, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps"]
+        + ["--find-links", str(dist), example],
+    ]
+    seconds = []
+    for cmd in steps:
+        t0 = time.perf_counter()
+        try:
+            out = subprocess.run(
+                cmd, env=env, cwd=work, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return f"timed out after {timeout:.0f} s"
+        if out.returncode != 0:
+            lines = out.stderr.strip().splitlines()
+            return f"failed: {lines[-1] if lines else f'exit {out.returncode}'}"
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def example_table(refs: list[str], tmp: Path, timeout: float) -> None:
+    rows = [("this tree, compiled wheel", REPO, False), ("this tree, pure wheel", REPO, True)]
+    rows += [(ref, export_source(ref, tmp / f"src{i}"), False) for i, ref in enumerate(refs)]
+    print()
+    print("| example project | wheel build s | cold pip install s | warm s | speed-up (cold) |")
+    print("|---|---|---|---|---|")
+    first: float | None = None
+    for i, (name, src, pure_build) in enumerate(rows):
+        r = example_install(src, tmp / f"example{i}", pure_build, timeout)
+        if isinstance(r, str):
+            print(f"| {name} | {r} | | | |", flush=True)
+            continue
+        first = first or r[1]
+        print(
+            f"| {name} | {r[0]:.1f} | {r[1]:.1f} | {r[2]:.1f} | {first / r[1]:.2f}x |", flush=True
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-compiled",
         action="store_true",
         help="no row for this tree compiled with mypyc (saves its ~1 min build)",
+    )
+    p.add_argument(
+        "--example",
+        action="store_true",
+        help="also time the example project's cold and warm pip install per tree",
     )
     p.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds per synthesis [default: 1800]"
@@ -183,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{first.seconds / r.seconds:.2f}x | {r.cost} |",
                     flush=True,
                 )
+        if args.example:
+            example_table(args.ref, Path(tmp), args.timeout)
     return 0
 
 
