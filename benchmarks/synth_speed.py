@@ -78,10 +78,10 @@ def parse_cases(text: str) -> list[Case]:
     return cases
 
 
-def export_ref(ref: str, into: Path) -> Path:
-    """The package of git ref `ref`, unpacked under `into` (an importable directory)."""
+def export_ref(ref: str, into: Path, *paths: str) -> Path:
+    """`paths` of git ref `ref` (its whole tree when none), unpacked under `into`."""
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "morello_build"],
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref, *paths],
         capture_output=True,
         check=False,
     )
@@ -145,18 +145,6 @@ def run(
     return Row(doc["seconds"], doc["solved"], doc["cost"], doc["peak_kib"] / 1024)
 
 
-def export_source(ref: str, into: Path) -> Path:
-    """The whole tree of git ref `ref` (package, build files, example project) under `into`."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", ref], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise SystemExit(f"--ref {ref}: {archive.stderr.decode().strip()}")
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
-
-
 def example_install(src: Path, work: Path, pure_build: bool, timeout: float) -> list[float] | str:
     """Seconds to build a wheel of `src`, then to `pip install` its example project cold
     (fresh venv, empty cache) and warm (reinstalled over the filled cache)."""
@@ -192,7 +180,7 @@ def example_install(src: Path, work: Path, pure_build: bool, timeout: float) -> 
 
 def example_table(refs: list[str], tmp: Path, timeout: float) -> None:
     rows = [("this tree, compiled wheel", REPO, False), ("this tree, pure wheel", REPO, True)]
-    rows += [(ref, export_source(ref, tmp / f"src{i}"), False) for i, ref in enumerate(refs)]
+    rows += [(ref, export_ref(ref, tmp / f"src{i}"), False) for i, ref in enumerate(refs)]
     print()
     print("| example project | wheel build s | cold pip install s | warm s | speed-up (cold) |")
     print("|---|---|---|---|---|")
@@ -238,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             trees.append(("this tree, compiled", compiled, False, True))
         trees.append(("this tree, pure Python", REPO, True, False))
         for i, ref in enumerate(args.ref):
-            trees.append((ref, export_ref(ref, Path(tmp) / str(i)), False, False))
+            trees.append((ref, export_ref(ref, Path(tmp) / str(i), "morello_build"), False, False))
         print("| case | tree | Specs solved | seconds | Specs/s | peak MiB | speed-up | cost |")
         print("|---|---|---|---|---|---|---|---|")
         for case in cases:

@@ -6,7 +6,8 @@ and the target, never on memory limits. Order: moves, tilings, splits, kernels, 
 The search space is Morello's, pruned where a move could never pay off, to keep Python
 synthesis fast (each pruning is a documented choice, not a limitation of the model):
 - same-level relayouts (packing) only for Matmul inputs in GL/L1, and none in GL of an
-  input that is already packed (panels or k-pairs): the search packs B once, a second
+  input that is already packed (panels or k-pairs; a user-declared packed B included,
+  which may still be copied into L1): the search packs B once, a second
   whole-tensor copy never paid, and each allowed one spawned a chain of
   repacks p8 -> p16 -> p8 ... halving the GL budget down to zero, every link a re-solve of
   the same subtree (avx2 f32 64^3: 93,379 -> 53,840 Specs solved, same answers for the
