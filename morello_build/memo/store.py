@@ -650,6 +650,8 @@ class CacheStore:
         #: Pages whose disk version held an answer that failed its replay check: the next
         #: flush overwrites them instead of merging that version back in.
         self._rejected: set[tuple[str, tuple[int, ...]]] = set()
+        #: Pages this store has written to disk (what a remote tier's push uploads).
+        self.written: set[tuple[str, tuple[int, ...]]] = set()
         loader = self._load_page if self.directory is not None else None
         self.table = MemoTable(memory_dims, block, loader=loader)
 
@@ -747,6 +749,26 @@ class CacheStore:
         self.table.drop_page(key, pp)
         self._rejected.add((key, pp))
 
+    # -- merging pages read elsewhere
+
+    def merge_pages(self, pages: Iterable[PageFile]) -> int:
+        """Fill validated pages from elsewhere (a remote tier, an archive, a precompute
+        worker) into this store's table; each must name this store's schema, target and
+        grid (else ``PageFormatError``, and nothing of that page is merged). Returns the
+        pages that gained something; a `flush` writes them (merged with the disk again).
+        """
+        changed = 0
+        for pf in pages:
+            expect = (self.schema, self.target, self.memory_dims, self.block)
+            got = (pf.schema, pf.target, pf.memory_dims, pf.block)
+            if got != expect:
+                raise PageFormatError(f"page of {got} does not belong to {expect}")
+            try:
+                changed += self.table.merge_page(pf.key, pf.page_point, pf.page)
+            except ValueError as e:
+                raise PageFormatError(str(e)) from None
+        return changed
+
     # -- writing
 
     def flush(self) -> int:
@@ -776,6 +798,7 @@ class CacheStore:
                     for pp in sorted(pps):
                         self._flush_page(key, pp, keydir)
                         done.append(pp)
+                        self.written.add((key, pp))
                         written += 1
             except (OSError, filelock.Timeout, ValueError) as e:
                 warnings.warn(

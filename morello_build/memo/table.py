@@ -326,6 +326,19 @@ class MemoTable:
                 for lo, hi, value in page.boxes():
                     self.put(key, lo, hi, value)
 
+    def merge_page(self, key: str, page_point: tuple[int, ...], page: Page) -> bool:
+        """Fill every box of ``page`` (page ``page_point`` of table ``key`` on this grid,
+        e.g. read from another cache) into this table; True if anything changed."""
+        self._check_dims(key, page.d)
+        if len(page_point) != page.d - self.memory_dims:
+            raise ValueError(f"page point {page_point} does not fit {page.d}-d table {key!r}")
+        dest = self._page_for_write(key, page_point, page.d)
+        if not dest.fill_from(page):
+            return False
+        self.dirty.add((key, page_point))
+        self.invalidate_cache()
+        return True
+
     def take_dirty(self) -> set[PageId]:
         """Return and reset the set of pages changed since the last call."""
         dirty, self.dirty = self.dirty, set()
