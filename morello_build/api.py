@@ -25,10 +25,10 @@ from morello_build.machine.isa import native_isa
 from morello_build.machine.target import Target, get_target, resolve_tune
 from morello_build.names import check_kernel_name
 from morello_build.schedule import Schedule
-from morello_build.search.dp import Progress, Search
-from morello_build.search.memo_protocol import Memo
+from morello_build.search.dp import Progress, ReplayMismatch, Search
+from morello_build.search.memo_protocol import DictMemo, Memo
+from morello_build.search.persistent import PersistentMemo, make_memo
 from morello_build.search.persistent import cache_target_id as cache_target_id  # re-export
-from morello_build.search.persistent import make_memo
 from morello_build.search.session import search_session
 from morello_build.user_code import import_schedule, user_failure
 
@@ -86,6 +86,11 @@ class Synthesis:
     seconds: float
 
 
+#: Searches a synthesis runs when cached answers fail their replay check (each condemns
+#: the damaged page it found) before it solves without the cache.
+MAX_REPLAY_RETRIES = 8
+
+
 def synthesize(
     spec: LogicalSpec | str,
     target: str = "native",
@@ -124,13 +129,31 @@ def _synthesize(
     if memo is None:
         memo = make_memo(tgt, use_cache)
     start = time.perf_counter()
-    search = Search(tgt, memo, progress=progress)
-    impl = search.reconstruct(Spec(ls, tgt.max_limits))
+    solved = 0
+    for _ in range(MAX_REPLAY_RETRIES):
+        search = Search(tgt, memo, progress=progress)
+        try:
+            impl = search.reconstruct(Spec(ls, tgt.max_limits))
+            break
+        except ReplayMismatch as bad:
+            if not isinstance(memo, PersistentMemo):
+                raise  # an answer of this run that does not add up: a bug of ours
+            # A cached answer does not add up: condemn its page and search again with a
+            # fresh memo (this run's answers may rest on it, so none of them is kept).
+            solved += search.stats.solved
+            memo.reject(bad.spec, str(bad))
+            memo.store.flush()
+            memo = PersistentMemo(tgt, remote=memo.remote.config if memo.remote else None)
+    else:  # damage everywhere: solve without the cache
+        memo = DictMemo()
+        search = Search(tgt, memo, progress=progress)
+        impl = search.reconstruct(Spec(ls, tgt.max_limits))
     memo.flush()
     if impl is None:
         raise NoImplementation(f"no implementation of {ls.text()} fits the {tgt.isa} target")
     seconds = time.perf_counter() - start
-    return Synthesis(ls, tgt, impl, search.stats.solved, memo.cache_hits, seconds)
+    solved += search.stats.solved
+    return Synthesis(ls, tgt, impl, solved, memo.cache_hits, seconds)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ __all__ = [
     "name_for_key",
     "scan_pages",
     "verify",
+    "write_atomic",
 ]
 
 MAGIC = b"MRLOPAGE"
@@ -308,7 +309,7 @@ def one_line_warnings(prog: str) -> Iterator[None]:
 
 
 def _temp_owner(name: str) -> int | None:
-    """The pid in a temp file name `.<page>.<pid>.<hex>.tmp` (see `_write_atomic`)."""
+    """The pid in a temp file name `.<page>.<pid>.<hex>.tmp` (see `write_atomic`)."""
     m = _TMP_RE.match(name)
     return int(m[1]) if m else None
 
@@ -576,7 +577,7 @@ def _read_file(path: Path) -> bytes | None:
         return f.read(MAX_FILE_BYTES + 1)
 
 
-def _write_atomic(path: Path, data: bytes, fsync: bool) -> None:
+def write_atomic(path: Path, data: bytes, fsync: bool) -> None:
     """Write ``data`` to a private temp file next to ``path`` and rename it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
@@ -816,7 +817,7 @@ class CacheStore:
         if disk is not None and page.fill_from(disk):
             self.table.invalidate_cache()  # other processes' results changed our page
         data = encode_page(self.schema, self.target, key, pp, page, self.memory_dims, self.block)
-        _write_atomic(path, data, self.fsync)
+        write_atomic(path, data, self.fsync)
         self._warned.discard(str(path))
 
     def close(self) -> None:

@@ -15,10 +15,11 @@ import gc
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from morello_build.actions.base import Plan
 from morello_build.actions.enumerate import actions_for
 from morello_build.impl.cost import Cost
 from morello_build.impl.nodes import Impl
@@ -250,8 +251,36 @@ class Search:
         child_limits = subtract(limits, plan.own) if plan.own != ZERO else limits
         assert child_limits is not None
         children = tuple(self._rebuild(c, child_limits) for c in plan.children)
+        # A replayed answer (from the cache, maybe from a remote) must recompute to the
+        # cost it was stored with, from its children's (already checked) costs.
+        if plan_cost(plan, [c.cost for c in children]) != r.cost:
+            raise ReplayMismatch(ls, r.cost)
         node = action.build(ls, plan, children)
         return replace(node, cost=r.cost)
+
+
+class ReplayMismatch(Exception):
+    """A memo answer does not recompute to the cost recorded with it (a damaged or
+    tampered cache entry); the caller re-solves without the cache."""
+
+    def __init__(self, spec: LogicalSpec, recorded: Cost) -> None:
+        super().__init__(f"the answer for {spec.text()} does not recompute to its cost {recorded}")
+        self.spec = spec
+
+
+def plan_cost(plan: Plan, child_costs: Sequence[Cost | None]) -> Cost:
+    """The cost of `plan` given its children's costs, as `_solve_steps` computes it."""
+    if not plan.children:
+        return Cost(plan.const, plan.own, 1)
+    main = plan.const
+    peak = ZERO
+    depth = 0
+    for coef, c in zip(plan.coefs, child_costs):
+        assert c is not None
+        main += coef * c.main
+        peak = tuple(max(a, b) for a, b in zip(peak, c.peaks))
+        depth = max(depth, c.depth)
+    return Cost(main, peak if plan.own == ZERO else add_peak(plan.own, peak), depth + 1)
 
 
 @contextmanager

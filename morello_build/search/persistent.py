@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import warnings
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -24,7 +25,22 @@ from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.machine.target import TUNES, Target, get_target
-from morello_build.memo.store import CacheStore, PageFormatError, cache_root, scan_pages
+from morello_build.memo.remote import (
+    RemoteConfig,
+    RemoteError,
+    RemoteTier,
+    pull_into,
+    push_pages,
+    remote_from_env,
+    tier_for,
+)
+from morello_build.memo.store import (
+    CacheStore,
+    CacheWarning,
+    PageFormatError,
+    cache_root,
+    scan_pages,
+)
 from morello_build.memo.value import UNSAT, MemoValue, Unsat
 from morello_build.search.coords import limit_from_coord, locate, memory_coords, spec_at
 from morello_build.search.dp import gc_paused
@@ -99,7 +115,9 @@ class PersistentMemo(DictMemo):
     merging them into the pages one by one while the DP runs.
     """
 
-    def __init__(self, target: Target, root: Path | None = None) -> None:
+    def __init__(
+        self, target: Target, root: Path | None = None, remote: RemoteConfig | None = None
+    ) -> None:
         super().__init__()
         self.target = target
         self.store = CacheStore(
@@ -108,6 +126,24 @@ class PersistentMemo(DictMemo):
         self.rejected = 0  # cached answers that failed the replay check (re-solved)
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
         self._pending: list[tuple[LogicalSpec, Limits, Result]] = []
+        #: The remote tier behind the local cache (None: local only); see `memo.remote`.
+        self.remote: RemoteTier | None = None
+        if remote is not None and self.store.enabled:
+            self.remote = tier_for(remote)
+            self._pull()
+
+    def _pull(self) -> None:
+        """Merge the remote's new bundles into the local cache, once per process and
+        table: later syntheses in the process read them from the local cache."""
+        assert self.remote is not None
+        once = (self.remote.config, self.store.schema, self.store.target, str(self.store.root))
+        if once in _PULLED:
+            return
+        _PULLED.add(once)
+        try:
+            pull_into(self.remote, self.store)
+        except RemoteError as e:
+            _remote_down(self.remote, e)
 
     def _locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
         """`locate`, cached per interned Spec (kept alive so its id stays unique)."""
@@ -212,18 +248,52 @@ class PersistentMemo(DictMemo):
         with gc_paused():
             self.sync()
             self.store.flush()
+        remote = self.remote
+        if remote is None or remote.config.read_only or not self.store.written:
+            return
+        written, self.store.written = self.store.written, set()
+        try:
+            push_pages(remote, self.store, written)
+        except RemoteError as e:
+            _remote_down(remote, e)
+
+    def reject(self, spec: LogicalSpec, reason: str) -> None:
+        """Condemn the cached page holding `spec` (its answer failed a replay check):
+        it is rewritten without the cached boxes at the next flush."""
+        key, pt = self._locate(spec)
+        self.store.reject_page(key, pt, reason)
+        self.rejected += 1
 
     @property
     def enabled(self) -> bool:
         return self.store.enabled
 
 
+#: (remote, schema, target, local root) already pulled by this process.
+_PULLED: set[tuple[RemoteConfig, str, str, str]] = set()
+
+
+def _remote_down(remote: RemoteTier, error: RemoteError) -> None:
+    """One warning per process and remote; the run goes on with the local cache."""
+    if remote.warned:
+        return
+    remote.warned = True
+    warnings.warn(
+        CacheWarning(
+            f"morello cache: remote {remote.config.shown}: {error}; "
+            "continuing with the local cache only"
+        ),
+        stacklevel=3,
+    )
+
+
 def make_memo(target: Target, use_cache: bool) -> Memo:
-    """The memo for a search on `target`: read through to the user's cache, or in memory
-    only (`use_cache=False`, e.g. `--no-cache`)."""
+    """The memo for a search on `target`: read through to the user's cache (and behind it
+    the remote tier `MORELLO_REMOTE_CACHE` names, if any), or in memory only
+    (`use_cache=False`, e.g. `--no-cache`)."""
     if not use_cache:
         return DictMemo()
-    return PersistentMemo(target)
+    return PersistentMemo(target, remote=remote_from_env())
 
 
 def verify_replays(root: Path | None = None) -> list[tuple[Path, bool, str]]:
