@@ -26,9 +26,11 @@ from typing import NoReturn
 from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError, first_line
 from morello_build.harness.peer_registry import PEER_ISAS
+from morello_build.integration.remote_args import add_remote_args, apply_remote_args
 from morello_build.ir.text import parse_dims
 from morello_build.names import check_kernel_name
 from morello_build.native import describe
+from morello_build.search.cache_report import ACTIONS
 
 SPEC_HELP = (
     "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
@@ -137,6 +139,7 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-cache", action="store_true", help="do not read or write the persistent memo cache"
     )
+    add_remote_args(p)
     p.add_argument("--name", default="kernel", help="C function name [default: kernel]")
     p.add_argument(
         "--schedule",
@@ -347,7 +350,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_cache(args: argparse.Namespace) -> int:
     from morello_build.search.cache_report import run_cache_command
 
-    return run_cache_command(args.action, Path(args.root) if args.root else None)
+    return run_cache_command(
+        args.action,
+        Path(args.root) if args.root else None,
+        file=args.file,
+        remote=args.remote,
+        target=args.target,
+        compact=args.compact,
+    )
 
 
 def _seed(text: str) -> int:
@@ -474,12 +484,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "cache",
-        help="inspect or clear the persistent memo cache",
+        help="inspect, clear or move the persistent memo cache",
         description="path: where it is; info: tables, boxes, compression; "
-        "clear: delete it; verify: re-check every page file.",
+        "clear: delete it; verify: re-check every page file; "
+        "pull: merge everything the remote cache holds into the local cache; "
+        "push: merge the remote's tables, then upload each local table whole and remove the "
+        "remote objects it replaces; export FILE: write the local tables to one archive "
+        "(e.g. a CI artifact or a release asset); import FILE: merge an archive's tables into "
+        "the local cache. Only tables of this version's schema move.",
     )
-    c.add_argument("action", choices=("path", "info", "clear", "verify"))
+    c.add_argument("action", choices=ACTIONS, metavar="ACTION", help=" | ".join(ACTIONS))
+    c.add_argument("file", nargs="?", help="export: the archive to write; import: to read")
     c.add_argument("--root", help="cache root [default: MORELLO_CACHE_DIR or the user cache dir]")
+    c.add_argument(
+        "--remote",
+        metavar="URL",
+        help="push/pull: the remote cache, an fsspec URL (s3://bucket/prefix, gs://...,"
+        " file:///shared/dir; https:// to pull only) [default: $MORELLO_REMOTE_CACHE]",
+    )
+    c.add_argument("--target", metavar="ID", help="export: only this table (e.g. avx2-zen3)")
+    c.add_argument(
+        "--no-compact",
+        dest="compact",
+        action="store_false",
+        help="push: keep the remote bundles the pushed table replaces",
+    )
     c.set_defaults(func=cmd_cache)
 
     sub.add_parser(
@@ -569,6 +598,9 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--peers: unknown peer {unknown[0]!r} (known: {', '.join(known)})"
     if getattr(args, "root", None) == "":
         return "--root: empty path"
+    problem = apply_remote_args(args)
+    if problem is not None:
+        return problem
     min_time = getattr(args, "min_time", 1.0)
     if not (math.isfinite(min_time) and 0 < min_time <= MAX_MIN_TIME):  # also rejects nan
         return f"--min-time must be a positive number of seconds, at most {MAX_MIN_TIME:g}"

@@ -27,7 +27,7 @@ import os
 import secrets
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,9 +51,14 @@ __all__ = [
     "PullReport",
     "pull_into",
     "push_pages",
+    "read_seen",
     "redact",
+    "remember",
     "remote_from_env",
+    "seen_path",
+    "set_remote_env",
     "tier_for",
+    "timeout_setting",
 ]
 
 #: `MORELLO_REMOTE_CACHE_MODE` values.
@@ -102,7 +107,24 @@ def config_problem(url: str, mode: str) -> str | None:
     return None
 
 
-def remote_from_env(environ: dict[str, str] | None = None) -> RemoteConfig | None:
+def set_remote_env(url: str | None, mode: str | None) -> str | None:
+    """Apply a remote setting given on a command line or in a config to this process's
+    environment, which the build's worker processes inherit; what is wrong with it (None:
+    applied). `url` may be `off`."""
+    if url is not None:
+        if url != "off":
+            problem = config_problem(url, mode or "read-write")
+            if problem is not None:
+                return problem
+        os.environ["MORELLO_REMOTE_CACHE"] = url
+    if mode is not None:
+        if mode not in MODES:
+            return f"mode must be one of {', '.join(MODES)}, got {mode!r}"
+        os.environ["MORELLO_REMOTE_CACHE_MODE"] = mode
+    return None
+
+
+def remote_from_env(environ: Mapping[str, str] | None = None) -> RemoteConfig | None:
     """The remote tier the environment asks for: `MORELLO_REMOTE_CACHE` (a URL; unset,
     empty or `off`: none), `MORELLO_REMOTE_CACHE_MODE` (`read-write` or `read-only`),
     `MORELLO_REMOTE_TIMEOUT` (seconds). None also when caching is off (`MORELLO_NO_CACHE`):
@@ -114,21 +136,29 @@ def remote_from_env(environ: dict[str, str] | None = None) -> RemoteConfig | Non
         return None
     mode = env.get("MORELLO_REMOTE_CACHE_MODE", "").strip() or "read-write"
     problem = config_problem(url, mode)
-    timeout = DEFAULT_TIMEOUT
-    text = env.get("MORELLO_REMOTE_TIMEOUT", "").strip()
-    if text and problem is None:
-        try:
-            timeout = float(text)
-        except ValueError:
-            timeout = -1.0
-        if not 0 < timeout <= 3600:
-            problem = f"MORELLO_REMOTE_TIMEOUT must be seconds in (0, 3600], got {text!r}"
+    timeout, timeout_problem = timeout_setting(env)
+    problem = problem or timeout_problem
     if problem is not None:
         _warn_once(f"morello cache: remote tier off: MORELLO_REMOTE_CACHE: {problem}")
         return None
     scheme = urlsplit(url).scheme
     read_only = mode == "read-only" or scheme in _READ_ONLY_PROTOCOLS
     return RemoteConfig(url, read_only, timeout)
+
+
+def timeout_setting(env: Mapping[str, str] | None = None) -> tuple[float, str | None]:
+    """`MORELLO_REMOTE_TIMEOUT` (seconds per remote operation) and what is wrong with it
+    (then the default is used)."""
+    text = (os.environ if env is None else env).get("MORELLO_REMOTE_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT, None
+    try:
+        timeout = float(text)
+    except ValueError:
+        timeout = -1.0
+    if not 0 < timeout <= 3600:  # also rejects nan
+        return DEFAULT_TIMEOUT, f"MORELLO_REMOTE_TIMEOUT must be seconds in (0, 3600], got {text!r}"
+    return timeout, None
 
 
 _warned: set[str] = set()
@@ -361,14 +391,14 @@ class PullReport:
     merged_names: list[str] = field(default_factory=list)
 
 
-def _seen_path(store: CacheStore, config: RemoteConfig) -> Path | None:
+def seen_path(store: CacheStore, config: RemoteConfig) -> Path | None:
     if store.directory is None:
         return None
     tag = hashlib.sha256(redact(config.url).encode()).hexdigest()[:16]
     return store.directory / f".remote-{tag}.seen"
 
 
-def _read_seen(path: Path | None) -> set[str]:
+def read_seen(path: Path | None) -> set[str]:
     if path is None:
         return set()
     try:
@@ -386,8 +416,8 @@ def pull_into(tier: RemoteTier, store: CacheStore, *, again: bool = False) -> Pu
     report = PullReport()
     names = tier.list_bundles(store.schema, store.target)
     report.listed = len(names)
-    seen_file = _seen_path(store, tier.config)
-    seen = set() if again else _read_seen(seen_file)
+    seen_file = seen_path(store, tier.config)
+    seen = set() if again else read_seen(seen_file)
     for name in names:
         if name in seen:
             continue
@@ -413,14 +443,20 @@ def pull_into(tier: RemoteTier, store: CacheStore, *, again: bool = False) -> Pu
     if report.pages:
         store.flush()
         store.written.clear()  # merged from the remote: nothing of ours to push back
-    if report.merged and seen_file is not None and store.enabled:
-        try:
-            text = "".join(n + "\n" for n in sorted(seen)).encode("ascii")
-            seen_file.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(seen_file, text, fsync=False)
-        except OSError:
-            pass  # only costs a re-download next time
+    if report.merged:
+        remember(store, tier.config, seen)
     return report
+
+
+def remember(store: CacheStore, config: RemoteConfig, names: Iterable[str]) -> None:
+    """Record bundles whose content the local cache holds (merged, or pushed from it), so
+    later pulls skip them. Best effort: a lost record only costs a re-download."""
+    path = seen_path(store, config)
+    if path is None:
+        return
+    seen = read_seen(path) | set(names)
+    with contextlib.suppress(OSError):
+        write_atomic(path, "".join(n + "\n" for n in sorted(seen)).encode("ascii"), fsync=False)
 
 
 def push_pages(
@@ -440,4 +476,5 @@ def push_pages(
         return None
     name = tier.publish(store.schema, store.target, encode_bundle(blobs))
     tier.write_index(store.schema, store.target)
+    remember(store, tier.config, [name])
     return name

@@ -89,6 +89,8 @@ MAX_FILE_BYTES = 256 << 20
 
 _PREFIX = struct.Struct("<8sHHIQ32s")
 _TMP_RE = re.compile(r"^\..+\.page\.(\d+)\.[0-9a-f]+\.tmp$")
+#: The record of remote bundles merged into a table (`memo.remote.seen_path`).
+_SEEN_RE = re.compile(r"^\.remote-[0-9a-f]{16}\.seen$")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-,=+@.")
 _MAX_NAME = 120
 
@@ -987,4 +989,14 @@ def clear(root: Path | None = None) -> int:
         for d in (tdir, tdir.parent, tdir.parent.parent):
             with contextlib.suppress(OSError):
                 d.rmdir()  # only succeeds when empty
+    for level1 in _subdirs(Path(base)):  # what a remote tier merged: forget it too
+        for level2 in _subdirs(level1):
+            for e in _files(level2):
+                if _SEEN_RE.match(e.name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(e.path)
+                        removed += 1
+            for d in (level2, level1):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
     return removed

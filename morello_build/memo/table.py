@@ -333,7 +333,9 @@ class MemoTable:
         if len(page_point) != page.d - self.memory_dims:
             raise ValueError(f"page point {page_point} does not fit {page.d}-d table {key!r}")
         dest = self._page_for_write(key, page_point, page.d)
-        if not dest.fill_from(page):
+        if len(dest) == 0 and len(page) != 0:
+            self._pages[(key, page_point)] = page.copy()  # nothing to merge with: adopt it
+        elif not dest.fill_from(page):
             return False
         self.dirty.add((key, page_point))
         self.invalidate_cache()

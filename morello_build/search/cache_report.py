@@ -1,4 +1,4 @@
-"""Plain-text reports for ``morello cache path|info|clear|verify``.
+"""Plain-text reports for ``morello cache path|info|clear|verify|pull|push|export|import``.
 
 The CLI wires each subcommand to ``run_cache_command`` in one line; the formatting lives
 here so it can be tested without the CLI.
@@ -6,12 +6,21 @@ here so it can be tested without the CLI.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit
 
+from morello_build.memo.remote import (
+    RemoteConfig,
+    RemoteError,
+    config_problem,
+    timeout_setting,
+)
 from morello_build.memo.store import (
+    PageFormatError,
     TableInfo,
     cache_root,
     clear,
@@ -21,12 +30,13 @@ from morello_build.memo.store import (
     root_problem,
     stray_temp_files,
 )
+from morello_build.search.cache_sync import export_archive, import_archive, pull_all, push_all
 from morello_build.search.persistent import verify_replays
 from morello_build.search.schema import schema_stamp
 
 __all__ = ["ACTIONS", "format_info", "format_table", "format_verify", "run_cache_command"]
 
-ACTIONS = ("path", "info", "clear", "verify")
+ACTIONS = ("path", "info", "clear", "verify", "pull", "push", "export", "import")
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
@@ -112,22 +122,37 @@ def format_verify(
     return format_table(["status", "file", "problem"], rows, right=set()) + "\n" + summary
 
 
-def run_cache_command(action: str, root: Path | None = None, out: TextIO | None = None) -> int:
+def run_cache_command(
+    action: str,
+    root: Path | None = None,
+    out: TextIO | None = None,
+    *,
+    file: str | None = None,
+    remote: str | None = None,
+    target: str | None = None,
+    compact: bool = True,
+) -> int:
     """Run one cache subcommand, print its report, return the process exit code.
 
     ``root=None`` means the configured cache (``MORELLO_CACHE_DIR`` or the user cache
     dir): one that cannot be used (not a directory, or writable by other users) gets one
     warning on stderr and is reported as not in use, as builds run without it. An explicit
     ``root`` that is missing or not a directory is an error (exit 2), except for ``path``.
-    ``verify`` exits 1 if any page file is bad; an unknown action exits 2.
+    ``verify`` exits 1 if any page file is bad; an unknown action exits 2. ``pull`` and
+    ``push`` exit 1 when the remote fails, ``import`` exits 2 for a file that is not a valid
+    archive (nothing is merged then).
     """
     stream = out if out is not None else sys.stdout
     if action not in ACTIONS:
-        print(
-            f"morello cache: unknown action {action!r}; use one of {', '.join(ACTIONS)}",
-            file=sys.stderr,
-        )
-        return 2
+        return _usage(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+    if (file is not None) != (action in ("export", "import")):
+        if file is None:
+            return _usage(f"{action} needs a FILE (morello cache {action} FILE)")
+        return _usage(f"{action} takes no FILE (got {file!r})")
+    if target is not None and action != "export":
+        return _usage("--target is an option of export")
+    if remote is not None and action not in ("push", "pull"):
+        return _usage("--remote is an option of push and pull")
     base = root if root is not None else cache_root()
     if base is None:
         print("caching is disabled (MORELLO_NO_CACHE=1)", file=stream)
@@ -154,6 +179,60 @@ def run_cache_command(action: str, root: Path | None = None, out: TextIO | None 
         n = clear(base)
         print(f"removed {n} files from {base}", file=stream)
         return 0
+    if action in ("push", "pull", "export", "import"):
+        return _transfer(action, base, stream, file, remote, target, compact)
     results = verify_replays(base)
     print(format_verify(results, stray_temp_files(base)), file=stream)
     return 1 if any(not ok for _, ok, _ in results) else 0
+
+
+def _usage(message: str) -> int:
+    print(f"morello cache: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _transfer(
+    action: str,
+    base: Path,
+    stream: TextIO,
+    file: str | None,
+    remote: str | None,
+    target: str | None,
+    compact: bool,
+) -> int:
+    """push, pull, export, import: the report on `stream`, errors in one line."""
+    if action in ("export", "import"):
+        assert file is not None
+        path = Path(file)
+        try:
+            if action == "export":
+                if path.is_dir():
+                    return _usage(f"export {file}: is a directory, expected a file name")
+                report = export_archive(base, path, target)
+            else:
+                report = import_archive(base, path)
+        except PageFormatError as e:
+            return _usage(f"import {file}: not a valid morello-build cache archive: {e}")
+        except OSError as e:
+            return _usage(f"{action} {file}: {e.strerror or e}")
+        print("\n".join(report.lines), file=stream)
+        return 0
+    url = remote if remote is not None else os.environ.get("MORELLO_REMOTE_CACHE", "")
+    if not url or url == "off":
+        return _usage(f"{action}: no remote cache: pass --remote URL or set MORELLO_REMOTE_CACHE")
+    problem = config_problem(url, "read-write")
+    if problem is not None:
+        return _usage(f"--remote: {problem}")
+    config = RemoteConfig(url, read_only=False, timeout=timeout_setting()[0])
+    if action == "push" and urlsplit(url).scheme in ("http", "https"):
+        return _usage(f"push: {config.shown} is read-only (https); push to the store behind it")
+    try:
+        report = (
+            push_all(base, config, compact=compact) if action == "push" else pull_all(base, config)
+        )
+    except RemoteError as e:
+        print(f"morello cache: {action} {config.shown}: {e}", file=sys.stderr)
+        return 1
+    print(f"remote: {config.shown}", file=stream)
+    print("\n".join(report.lines), file=stream)
+    return 0
