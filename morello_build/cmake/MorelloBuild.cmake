@@ -27,6 +27,8 @@
 # Cache variables: MORELLO_PYTHON (interpreter running the generator), MORELLO_TARGET_ISA
 # (default ISA list, "native" if empty), MORELLO_TUNE (default tuning; empty: the
 # declarations decide), MORELLO_CACHE_DIR (defaults to $ENV{MORELLO_CACHE_DIR}),
+# MORELLO_REMOTE_CACHE and MORELLO_REMOTE_CACHE_MODE (the shared cache tier; default to the
+# environment variables of the same names),
 # MORELLO_VERIFY (ON/OFF; empty = the config's `verify`), MORELLO_JOBS (kernels a build step
 # synthesizes at once, one process each).
 
@@ -49,6 +51,14 @@ set(MORELLO_TARGET_ISA "" CACHE STRING
 if(NOT DEFINED MORELLO_CACHE_DIR)
   set(MORELLO_CACHE_DIR "$ENV{MORELLO_CACHE_DIR}" CACHE PATH
       "Synthesis cache of morello-build (empty: its default user cache directory)")
+endif()
+if(NOT DEFINED MORELLO_REMOTE_CACHE)
+  set(MORELLO_REMOTE_CACHE "$ENV{MORELLO_REMOTE_CACHE}" CACHE STRING
+      "Shared synthesis cache behind the local one: an fsspec URL (s3://bucket/prefix, file:///dir, https://... read-only) or off. Empty: the declarations' remote_cache, if any.")
+endif()
+if(NOT DEFINED MORELLO_REMOTE_CACHE_MODE)
+  set(MORELLO_REMOTE_CACHE_MODE "$ENV{MORELLO_REMOTE_CACHE_MODE}" CACHE STRING
+      "read-write or read-only (empty: the declarations' remote_cache_mode, else read-write)")
 endif()
 set(MORELLO_TUNE "" CACHE STRING
     "Tuning for morello kernels without TUNE (native, generic, zen3, zen4, zen5). Empty: the declarations decide (native with target native).")
@@ -204,6 +214,12 @@ function(_morello_generator_env out)
   set(_vars "")
   if(MORELLO_CACHE_DIR)
     list(APPEND _vars "MORELLO_CACHE_DIR=${MORELLO_CACHE_DIR}")
+  endif()
+  if(MORELLO_REMOTE_CACHE)
+    list(APPEND _vars "MORELLO_REMOTE_CACHE=${MORELLO_REMOTE_CACHE}")
+  endif()
+  if(MORELLO_REMOTE_CACHE_MODE)
+    list(APPEND _vars "MORELLO_REMOTE_CACHE_MODE=${MORELLO_REMOTE_CACHE_MODE}")
   endif()
   if(_pythonpath)
     list(APPEND _vars "PYTHONPATH=${_pythonpath}")

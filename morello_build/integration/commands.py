@@ -36,8 +36,10 @@ from morello_build.integration.generate import (
     write_if_changed,
     write_outputs,
 )
+from morello_build.integration.remote_args import add_remote_args, apply_remote_args
 from morello_build.integration.runner import is_stale, run_kernels
 from morello_build.machine.target import resolve_tune
+from morello_build.memo.remote import set_remote_env
 from morello_build.memo.store import one_line_warnings
 from morello_build.names import check_kernel_name
 
@@ -149,6 +151,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-cache", action="store_true", help="do not read or write the synthesis cache"
     )
+    add_remote_args(p)
     p.add_argument(
         "--cc",
         metavar="COMPILER",
@@ -252,6 +255,7 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
         # Hand schedules may live next to the declarations: that directory is searched only
         # while a schedule's module is imported (user_code.schedule_import_path).
         reqs, cfg = _requests(args)
+        _apply_remote(args, cfg)
         _check_out_dir(args.out_dir, "--out-dir")  # before synthesis: fail fast, write nothing
         if args.cmake_info is not None:
             _check_out_dir(args.cmake_info, "--cmake-info", parent=True)
@@ -277,6 +281,20 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
         return 0
 
     return run_reporting_errors(prog, out_dir, body)
+
+
+def _apply_remote(args: argparse.Namespace, cfg: MorelloConfig | None) -> None:
+    """The remote cache for this build: the command line, else the environment, else the
+    declarations' `remote_cache` (applied to the environment the kernel jobs inherit)."""
+    problem = apply_remote_args(args)
+    if problem is not None:
+        raise ConfigError(problem)
+    if cfg is None or cfg.remote_cache is None or "MORELLO_REMOTE_CACHE" in os.environ:
+        return
+    mode = None if "MORELLO_REMOTE_CACHE_MODE" in os.environ else cfg.remote_cache_mode
+    problem = set_remote_env(cfg.remote_cache, mode)
+    if problem is not None:  # the loader checked the form already; say where it came from
+        raise ConfigError(f"{cfg.path.name}: remote_cache: {problem}")
 
 
 def _check_out_dir(text: str, option: str, *, parent: bool = False) -> None:

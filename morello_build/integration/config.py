@@ -114,6 +114,8 @@ class MorelloConfig:
     targets: tuple[str, ...]
     verify: bool
     kernels: tuple[KernelDecl, ...]
+    remote_cache: str | None = None
+    remote_cache_mode: str = "read-write"
 
     def kernel(self, name: str) -> KernelDecl:
         for k in self.kernels:
@@ -220,7 +222,14 @@ def parse_config(
     top = MorelloTable(**{**_frozen(top_values), "kernel": tuple(kernel_tables)})
     targets = _targets(top.target)
     kernels = [_declaration(k, targets, top.tune) for k in top.kernel]
-    return MorelloConfig(path=path, targets=targets, verify=top.verify, kernels=tuple(kernels))
+    return MorelloConfig(
+        path=path,
+        targets=targets,
+        verify=top.verify,
+        kernels=tuple(kernels),
+        remote_cache=top.remote_cache,
+        remote_cache_mode=top.remote_cache_mode,
+    )
 
 
 def _check_table(

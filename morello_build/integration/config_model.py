@@ -313,6 +313,22 @@ class MorelloTable:
         doc="check every kernel against numpy at build time when the building machine can "
         "run its ISA",
     )
+    remote_cache: str | None = key(
+        None,
+        doc="a shared synthesis cache behind the local one, as an fsspec URL "
+        '(`"s3://bucket/prefix"`, `"gs://bucket/prefix"`, `"file:///shared/dir"`, or '
+        '`"https://host/path"` to read only); the `MORELLO_REMOTE_CACHE` environment '
+        "variable and `--remote-cache` override it; see docs/remote-cache.md",
+        default_doc="none (the local cache only)",
+        pattern=re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+\Z"),
+        expected="a URL such as s3://bucket/prefix or file:///shared/dir",
+    )
+    remote_cache_mode: str = key(
+        "read-write",
+        doc='`"read-write"`: builds merge the remote\'s answers and upload what they '
+        'synthesized; `"read-only"`: they never write (e.g. CI runs of untrusted changes)',
+        choices=("read-write", "read-only"),
+    )
     kernel: tuple[KernelTable, ...] = key(
         doc=f"one `{TABLE_PLACEHOLDER}` table per kernel",
         expected=f"an array of {TABLE_PLACEHOLDER} tables",

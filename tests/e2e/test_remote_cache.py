@@ -107,6 +107,7 @@ def test_read_only_and_off(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path):
     """4 builds with their own local caches write to one remote at once; afterwards a
     fresh cache finds every one of their answers there, and every object is valid."""
@@ -359,6 +360,7 @@ def s3_server():
     proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_s3_remote_end_to_end(tmp_path, s3_server, cold_c):
     url = "s3://morello-test/team-cache"
     writers = [
@@ -431,3 +433,40 @@ def test_a_remote_that_hangs_or_is_down_never_fails_a_build(tmp_path, cold_c):
     assert len(remote_lines) == 1, p.stderr
     assert "hunter2" not in p.stderr and "token" not in p.stderr
     assert f"https://127.0.0.1:{port}/cache" in remote_lines[0]
+
+
+def test_declared_remote_cache_and_its_overrides(tmp_path):
+    """`remote_cache` in [tool.morello] reaches the build's kernel jobs; the environment
+    and --remote-cache override it."""
+    remote = tmp_path / "remote"
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.morello]\ntarget = "{TARGET}"\nverify = false\n'
+        f'remote_cache = "{remote.as_uri()}"\n\n'
+        '[[tool.morello.kernel]]\nname = "mm8"\nshape = [8, 8, 8]\n'
+    )
+
+    def generate(cache: str, *extra: str, **env: str) -> subprocess.CompletedProcess:
+        return morello(
+            "generate",
+            "--config",
+            str(tmp_path / "pyproject.toml"),
+            "--out-dir",
+            str(tmp_path / f"out-{cache}"),
+            "--jobs",
+            "2",
+            *extra,
+            env=env_for(tmp_path / cache, None, **env),
+        )
+
+    p = generate("off", "--remote-cache", "off")
+    assert p.returncode == 0 and "synthesized" in p.stdout, p.stderr
+    assert remote_bundles(remote) == []
+    other = tmp_path / "other"
+    p = generate("env", MORELLO_REMOTE_CACHE=other.as_uri())  # the environment wins
+    assert p.returncode == 0, p.stderr
+    assert remote_bundles(remote) == [] and len(remote_bundles(other)) == 1
+    p = generate("a")
+    assert p.returncode == 0 and "synthesized" in p.stdout, p.stderr
+    assert len(remote_bundles(remote)) == 1
+    p = generate("b")
+    assert p.returncode == 0 and "mm8: cache hit" in p.stdout, p.stdout + p.stderr

@@ -136,7 +136,7 @@ CASES: list[tuple[str, str, str]] = [
     (
         "unknown_top_key",
         '[tool.morello]\ntargets = "avx2"\n',
-        "pyproject.toml: [tool.morello]: targets: unknown key (expected one of: target, tune, verify, kernel)",
+        "pyproject.toml: [tool.morello]: targets: unknown key (expected one of: target, tune, verify, remote_cache, remote_cache_mode, kernel)",
     ),
     (
         "bad_dtype",
@@ -224,6 +224,16 @@ CASES: list[tuple[str, str, str]] = [
         "bad_toml",
         '[tool.morello]\ntarget = "avx2\n',
         "pyproject.toml: invalid TOML: Illegal character '\\n' (at line 2, column 15)",
+    ),
+    (
+        "remote_cache_not_a_url",
+        '[tool.morello]\nremote_cache = "bucket/prefix"\n[[tool.morello.kernel]]\nname = "mm"\nshape = [8, 8, 8]\n',
+        'pyproject.toml: [tool.morello]: remote_cache: expected a URL such as s3://bucket/prefix or file:///shared/dir, got "bucket/prefix"',
+    ),
+    (
+        "remote_cache_mode",
+        '[tool.morello]\nremote_cache_mode = "rw"\n[[tool.morello.kernel]]\nname = "mm"\nshape = [8, 8, 8]\n',
+        'pyproject.toml: [tool.morello]: remote_cache_mode: expected one of "read-write", "read-only", got "rw"',
     ),
     (
         "bad_toml_2",

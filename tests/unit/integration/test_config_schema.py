@@ -78,7 +78,14 @@ def test_docs_name_every_allowed_value() -> None:
 
 def test_schema_lists_the_loader_keys() -> None:
     top = schema.json_schema()
-    assert list(top["properties"]) == ["target", "tune", "verify", "kernel"]
+    assert list(top["properties"]) == [
+        "target",
+        "tune",
+        "verify",
+        "remote_cache",
+        "remote_cache_mode",
+        "kernel",
+    ]
     kernel = top["definitions"]["kernel"]
     assert list(kernel["properties"]) == [k.name for k in model_keys(KernelTable)]
     assert top["additionalProperties"] is False and kernel["additionalProperties"] is False
