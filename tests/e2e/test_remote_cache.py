@@ -20,6 +20,7 @@ import pytest
 
 from morello_build.memo.bundle import decode_bundle, encode_bundle, is_bundle_name
 from morello_build.memo.store import decode_page, encode_page
+from tests.support.s3 import BUCKET, free_port, start_s3_server, stop
 
 TARGET = "avx2"  # compiles anywhere; nothing here runs the kernels
 SPECS = ["8x8x8", "8x16x8", "16x8x8", "8x8x16"]
@@ -315,54 +316,19 @@ while True:  # ever larger bundles, so a kill lands mid-write sooner or later
 # ---------------------------------------------------------------------- S3 and failures
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_server():
-    """`moto_server`, an S3-compatible server, on 127.0.0.1 (stopped at the end)."""
+    """`moto.server`, an S3-compatible server, on 127.0.0.1 (stopped at the end)."""
     pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
     pytest.importorskip("s3fs", reason="s3fs is in the test extra")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("moto_server did not start")
-            time.sleep(0.2)
-    creds = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing-secret-never-printed",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "FSSPEC_S3_ENDPOINT_URL": endpoint,
-    }
-    subprocess.run(
-        [sys.executable, "-c", "import s3fs; s3fs.S3FileSystem().mkdir('morello-test')"],
-        env={**os.environ, **creds},
-        check=True,
-        timeout=60,
-    )
-    yield creds
-    proc.terminate()
-    proc.wait(timeout=30)
+    proc, env = start_s3_server()
+    yield env
+    stop(proc)
 
 
 @pytest.mark.slow
 def test_s3_remote_end_to_end(tmp_path, s3_server, cold_c):
-    url = "s3://morello-test/team-cache"
+    url = f"s3://{BUCKET}/team-cache"
     writers = [
         subprocess.Popen(
             [sys.executable, "-m", "morello_build", *synth_args(n)],
