@@ -17,6 +17,7 @@ from morello_build.memo.remote import (
     RemoteConfig,
     RemoteError,
     config_problem,
+    remote_from_env,
     timeout_setting,
 )
 from morello_build.memo.store import (
@@ -173,6 +174,10 @@ def run_cache_command(
         return 0
     if action == "info":
         print(f"cache: {base}", file=stream)
+        configured = remote_from_env()
+        if configured is not None:
+            mode = "read-only" if configured.read_only else "read-write"
+            print(f"remote: {configured.shown} ({mode})", file=stream)
         print(format_info(info(base)), file=stream)
         return 0
     if action == "clear":
