@@ -505,18 +505,17 @@ def build_parser() -> argparse.ArgumentParser:
         "precompute",
         help="fill the memo cache for a grid of matmul Specs, in parallel",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Solve every matmul MxKxN of a grid (M, K, N from --sizes, or the powers of"
-        " two up to --max-size; each --dtypes, each --layouts-b; A and C row-major, all in"
-        " main memory) and merge the answers into the cache, so later builds of those kernels"
-        " and of every smaller sub-problem start warm. Work is split by dtype (see --split),"
-        " heaviest first.\n\n"
+        description="Solve every matmul MxKxN of a grid (M, K, N from --sizes, or the powers\n"
+        "of two up to --max-size; each of --dtypes and --layouts-b; A and C row-major, all in\n"
+        "main memory) and merge the answers into the cache, so later builds of those kernels\n"
+        "and of every smaller sub-problem start warm. Work is split by dtype (see --split).\n\n"
         "examples:\n"
         "  morello precompute --target avx2 --max-size 64          # all cores of this host\n"
         "  morello precompute --target avx512 --sizes 8,16,24,32 --dtypes f32 --jobs 2\n"
         "  morello precompute --target avx512 --max-size 128 --dask tcp://scheduler:8786\n"
         "  morello precompute --target avx2 --max-size 16 --root ./warm-cache  # then ship it"
-        "\n\nOn a cluster every Dask worker needs this version of morello-build installed"
-        " (pip install 'morello-build[cluster]'); see docs/precompute.md.",
+        "\n\nOn a cluster every Dask worker needs this version of morello-build installed\n"
+        "(pip install 'morello-build[cluster]'); see docs/precompute.md.",
     )
     pc.add_argument(
         "--target", default="native", help="native, amx, avx512, avx2 or x86-64 [default: native]"
