@@ -418,6 +418,7 @@ class Summary:
     pages: int  # page files received
     written: int  # page files written to the destination
     seconds: float
+    task_seconds: tuple[float, ...] = ()  # each task's own seconds, in the worker
 
     @property
     def duplication(self) -> float:
@@ -447,12 +448,14 @@ def precompute(
     total = sum(len(w) for w in waves)
     solved = pages = done = 0
     keys: set[bytes] = set()
+    task_seconds: list[float] = []
     for wave in waves:
         seed = _seed_pages(store) if done else ()
         for result in engine.run([replace(t, seed=seed) for t in wave]):
             _merge(result, store)
             pages += len(result.pages)
             solved += result.solved
+            task_seconds.append(result.seconds)
             keys.update(_split_keys(result.solved_keys))
             done += 1
             if progress is not None:
@@ -467,6 +470,7 @@ def precompute(
         pages,
         len(store.written),
         time.perf_counter() - start,
+        tuple(task_seconds),
     )
 
 
