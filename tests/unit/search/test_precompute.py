@@ -80,7 +80,7 @@ def test_plan_families_keeps_a_dtype_together() -> None:
     assert sorted(t for task in four for t in task.specs) == sorted(s.text(1) for s in grid.specs())
 
 
-@pytest.mark.parametrize("split", ["families", "waves"])
+@pytest.mark.parametrize("split", ["families", pytest.param("waves", marks=pytest.mark.slow)])
 def test_two_processes_fill_the_same_table_as_one(
     sequential: Path, tmp_path: Path, split: str
 ) -> None:
