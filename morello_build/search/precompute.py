@@ -64,13 +64,11 @@ class GridSpec:
     n: int
 
     def text(self, threads: int) -> str:
-        # api spells a kernel's matmul Spec in one place; imported late (api sits above search).
-        from morello_build.api import matmul_spec_text
-
-        return matmul_spec_text(
-            1, self.m, self.k, self.n, dtype=self.dtype, layouts=("row", self.layout_b, "row"),
-            threads=threads,
-        )  # fmt: skip
+        """The Spec text `api.matmul_spec_text` gives for this kernel (search sits below
+        api, so it is spelled here too; a test holds the two equal)."""
+        a, b, c = f"{self.dtype}:GL:row", f"{self.dtype}:GL:{self.layout_b}", "f32:GL:row"
+        serial = ", serial" if threads <= 1 else ""
+        return f"Matmul(1x{self.m}x{self.k}x{self.n}, {a}, {b}, {c}{serial})"
 
     @property
     def weight(self) -> int:
@@ -584,7 +582,7 @@ def run_command(
     """`morello precompute` (cli.py parses, this runs): progress and summary on stderr."""
     import sys
 
-    from morello_build.api import resolve_target
+    from morello_build.machine.isa import native_isa
     from morello_build.machine.target import resolve_tune
 
     if jobs is not None and dask is not None:
@@ -593,7 +591,7 @@ def run_command(
         raise SpecError(f"--jobs: expected a positive number of processes, got {jobs}")
     if dask is not None and not dask.strip():
         raise SpecError("--dask: empty scheduler address")
-    isa = resolve_target(target)
+    isa = native_isa() if target == "native" else target
     grid = Grid(
         isa,
         resolve_tune(tune, target),

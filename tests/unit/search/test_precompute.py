@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from morello_build.api import synthesize
+from morello_build.api import matmul_spec_text, synthesize
 from morello_build.cli import main
 from morello_build.codegen.emit import generate_c
 from morello_build.errors import MorelloError
@@ -131,6 +131,15 @@ def test_bad_arguments_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("morello") and message in err, err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_grid_specs_are_the_kernels_specs(threads: int) -> None:
+    grid = Grid("avx2", "generic", threads, ("f32", "bf16"), ("row", "col"), (1, 6))
+    for s in grid.specs():
+        layouts = ("row", s.layout_b, "row")
+        want = matmul_spec_text(1, s.m, s.k, s.n, dtype=s.dtype, layouts=layouts, threads=threads)
+        assert s.text(threads) == want
 
 
 def test_max_size_means_powers_of_two() -> None:
