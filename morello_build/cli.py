@@ -360,6 +360,25 @@ def cmd_cache(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_precompute(args: argparse.Namespace) -> int:
+    from morello_build.search.precompute import run_command
+
+    return run_command(
+        target=args.target,
+        tune=args.tune,
+        threads=args.threads,
+        dtypes=args.dtypes,
+        layouts_b=args.layouts_b,
+        sizes=args.sizes,
+        max_size=args.max_size,
+        jobs=args.jobs,
+        dask=args.dask,
+        root=Path(args.root) if args.root else None,
+        quiet=args.quiet,
+        split=args.split,
+    )
+
+
 def _seed(text: str) -> int:
     value = int(text)  # ValueError: argparse says "invalid _seed value"
     if not 0 <= value < 2**64:
@@ -510,6 +529,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="push: keep the remote bundles the pushed table replaces",
     )
     c.set_defaults(func=cmd_cache)
+
+    pc = sub.add_parser(
+        "precompute",
+        help="fill the memo cache for a grid of matmul Specs, in parallel",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Solve every matmul MxKxN of a grid (M, K, N from --sizes, or the powers\n"
+        "of two up to --max-size; each of --dtypes and --layouts-b; A and C row-major, all in\n"
+        "main memory) and merge the answers into the cache, so later builds of those kernels\n"
+        "and of every smaller sub-problem start warm. Work is split by dtype (see --split).\n\n"
+        "examples:\n"
+        "  morello precompute --target avx2 --max-size 64          # all cores of this host\n"
+        "  morello precompute --target avx512 --sizes 8,16,24,32 --dtypes f32 --jobs 2\n"
+        "  morello precompute --target avx512 --max-size 128 --dask tcp://scheduler:8786\n"
+        "  morello precompute --target avx2 --max-size 16 --root ./warm-cache  # then ship it"
+        "\n\nOn a cluster every Dask worker needs this version of morello-build installed\n"
+        "(pip install 'morello-build[cluster]'); see docs/precompute.md.",
+    )
+    pc.add_argument(
+        "--target", default="native", help="native, amx, avx512, avx2 or x86-64 [default: native]"
+    )
+    pc.add_argument("--tune", default=None, help="as for synth (generic, zen3, zen4, zen5, native)")
+    pc.add_argument(
+        "--threads", type=int, default=1, help="threads the kernels may use [default: 1]"
+    )
+    pc.add_argument("--dtypes", default="f32,bf16", help="comma list [default: f32,bf16]")
+    pc.add_argument(
+        "--layouts-b", default="row,col", help="B layouts, comma list [default: row,col]"
+    )
+    pc.add_argument("--sizes", help="every MxKxN with M, K, N from this comma list, e.g. 8,16,48")
+    pc.add_argument(
+        "--max-size",
+        type=int,
+        help="M, K, N from the powers of two 1, 2, 4, ... up to this [default: 32]",
+    )
+    pc.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        help="local worker processes; 1 solves in this process [default: the CPUs available]",
+    )
+    pc.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on the Dask distributed scheduler at ADDRESS (e.g. tcp://scheduler:8786)"
+        " instead of local processes",
+    )
+    pc.add_argument(
+        "--split",
+        choices=("families", "waves"),
+        default="families",
+        help="families: a task per dtype, cut by M rows when workers outnumber dtypes (no"
+        " sharing between workers); waves: shapes level by level, each wave starting from"
+        " the table of the earlier ones (little duplication, but replaying shared answers"
+        " costs about what solving them does) [default: families]",
+    )
+    pc.add_argument("--root", help="destination cache root [default: as for morello cache]")
+    pc.add_argument("--quiet", "-q", action="store_true", help="no progress or summary output")
+    pc.set_defaults(func=cmd_precompute)
 
     sub.add_parser(
         "generate",
