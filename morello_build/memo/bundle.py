@@ -19,16 +19,18 @@ import hashlib
 import struct
 from collections.abc import Iterable
 
-from .store import MAX_FILE_BYTES, PageFile, PageFormatError, decode_page
+from .store import MAX_FILE_BYTES, PageFile, PageFormatError, PageHeader, decode_page, peek_page
 
 __all__ = [
     "BUNDLE_MAGIC",
+    "BUNDLE_SUFFIX",
     "BUNDLE_VERSION",
     "MAX_BUNDLE_BYTES",
     "bundle_name",
     "decode_bundle",
     "encode_bundle",
     "is_bundle_name",
+    "split_bundle",
 ]
 
 BUNDLE_MAGIC = b"MRLOBNDL"
@@ -37,7 +39,7 @@ BUNDLE_VERSION = 1
 MAX_BUNDLE_BYTES = 1 << 30
 _HEAD = struct.Struct("<8sHHI32s")
 _LEN = struct.Struct("<I")
-_SUFFIX = ".bundle"
+BUNDLE_SUFFIX = ".bundle"
 
 
 def encode_bundle(pages: Iterable[bytes]) -> bytes:
@@ -49,9 +51,10 @@ def encode_bundle(pages: Iterable[bytes]) -> bytes:
     return head + body
 
 
-def decode_bundle(data: bytes) -> list[PageFile]:
-    """Every page of a bundle, each fully validated; `PageFormatError` on any flaw (one bad
-    page condemns the whole bundle: it is untrusted input from one writer)."""
+def split_bundle(data: bytes) -> list[tuple[PageHeader, bytes]]:
+    """Each page of a bundle with its header, checking the bundle's structure and checksum
+    and each page's header but not the pages' contents (`decode_page` does, before use).
+    `PageFormatError` on any flaw."""
     if len(data) > MAX_BUNDLE_BYTES:
         raise PageFormatError(f"bundle too large ({len(data)} bytes)")
     if len(data) < _HEAD.size or data[: len(BUNDLE_MAGIC)] != BUNDLE_MAGIC:
@@ -64,7 +67,7 @@ def decode_bundle(data: bytes) -> list[PageFile]:
     body = memoryview(data)[_HEAD.size :]
     if hashlib.sha256(body).digest() != digest:
         raise PageFormatError("bundle checksum mismatch (corrupt or tampered)")
-    pages: list[PageFile] = []
+    out: list[tuple[PageHeader, bytes]] = []
     pos = 0
     for i in range(n_pages):
         if pos + _LEN.size > len(body):
@@ -73,19 +76,32 @@ def decode_bundle(data: bytes) -> list[PageFile]:
         pos += _LEN.size
         if size > MAX_FILE_BYTES or pos + size > len(body):
             raise PageFormatError(f"bundle page {i} has a bad length ({size})")
+        blob = bytes(body[pos : pos + size])
         try:
-            pages.append(decode_page(bytes(body[pos : pos + size])))
+            out.append((peek_page(blob), blob))
         except PageFormatError as e:
             raise PageFormatError(f"bundle page {i}: {e}") from None
         pos += size
     if pos != len(body):
         raise PageFormatError("trailing bytes after the last bundle page")
+    return out
+
+
+def decode_bundle(data: bytes) -> list[PageFile]:
+    """Every page of a bundle, each fully validated; `PageFormatError` on any flaw (one bad
+    page condemns the whole bundle: it is untrusted input from one writer)."""
+    pages: list[PageFile] = []
+    for i, (_, blob) in enumerate(split_bundle(data)):
+        try:
+            pages.append(decode_page(blob))
+        except PageFormatError as e:
+            raise PageFormatError(f"bundle page {i}: {e}") from None
     return pages
 
 
 def bundle_name(data: bytes) -> str:
     """The content address a bundle is stored under: `<sha256 hex>.bundle`."""
-    return hashlib.sha256(data).hexdigest() + _SUFFIX
+    return hashlib.sha256(data).hexdigest() + BUNDLE_SUFFIX
 
 
 def is_bundle_name(name: str) -> bool:
@@ -93,7 +109,7 @@ def is_bundle_name(name: str) -> bool:
     stem, dot, ext = name.partition(".")
     return (
         dot == "."
-        and "." + ext == _SUFFIX
+        and "." + ext == BUNDLE_SUFFIX
         and len(stem) == 64
         and all(c in "0123456789abcdef" for c in stem)
     )

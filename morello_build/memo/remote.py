@@ -22,7 +22,6 @@ page, its schema and target); answers are then checked before replay like local 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import threading
@@ -33,8 +32,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from .bundle import MAX_BUNDLE_BYTES, bundle_name, decode_bundle, encode_bundle, is_bundle_name
+from .bundle import (
+    BUNDLE_SUFFIX,
+    MAX_BUNDLE_BYTES,
+    bundle_name,
+    decode_bundle,
+    encode_bundle,
+    is_bundle_name,
+    split_bundle,
+)
 from .store import (
+    MIRROR_DIR,
     CacheStore,
     CacheWarning,
     PageFormatError,
@@ -48,14 +56,12 @@ __all__ = [
     "RemoteConfig",
     "RemoteError",
     "RemoteTier",
+    "Mirror",
     "PullReport",
-    "pull_into",
+    "fetch_new",
     "push_pages",
-    "read_seen",
     "redact",
-    "remember",
     "remote_from_env",
-    "seen_path",
     "set_remote_env",
     "tier_for",
     "timeout_setting",
@@ -377,6 +383,119 @@ def tier_for(config: RemoteConfig) -> RemoteTier:
         return tier
 
 
+# ---------------------------------------------------------------------- the local mirror
+
+
+class Mirror:
+    """The remote's bundles this cache has, in ``<table dir>/.remote/``: ``<hash>.bundle``
+    files (downloaded, read lazily: a page is decoded and merged only when the search
+    loads it, through `CacheStore.fallback`), and empty ``<hash>.have`` markers for
+    bundles whose content the local pages already hold (merged by `materialize`, or
+    pushed from here). Both kinds tell a pull not to download that bundle again.
+
+    Bundles are content-addressed, so the mirror serves any remote: what matters is which
+    content this cache has, not where it came from.
+    """
+
+    def __init__(self, store: CacheStore) -> None:
+        self.store = store
+        self.directory = None if store.directory is None else store.directory / MIRROR_DIR
+
+    def names(self) -> set[str]:
+        """Bundles this cache has (downloaded or merged)."""
+        if self.directory is None:
+            return set()
+        try:
+            entries = os.listdir(self.directory)
+        except OSError:
+            return set()
+        out = set()
+        for e in entries:
+            stem, _, ext = e.rpartition(".")
+            name = f"{stem}{BUNDLE_SUFFIX}"
+            if ext in ("bundle", "have") and is_bundle_name(name):
+                out.add(name)
+        return out
+
+    def _ensure(self) -> Path:
+        assert self.directory is not None and self.store.directory is not None
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self.directory
+
+    def add(self, name: str, data: bytes) -> None:
+        write_atomic(self._ensure() / name, data, fsync=False)
+
+    def mark_have(self, names: Iterable[str]) -> None:
+        """Record bundles whose content the local pages hold (and drop their bytes)."""
+        if self.directory is None:
+            return
+        with contextlib.suppress(OSError):
+            d = self._ensure()
+            for name in names:
+                stem = name[: -len(BUNDLE_SUFFIX)]
+                (d / f"{stem}.have").touch(mode=0o600)
+                with contextlib.suppress(FileNotFoundError):
+                    (d / name).unlink()
+
+    def bundles(self) -> list[tuple[str, bytes]]:
+        """The downloaded bundles, each re-checked against its name (a bad one warns and
+        is skipped: the cache directory is untrusted too)."""
+        if self.directory is None:
+            return []
+        out = []
+        for name in sorted(self.names()):
+            path = self.directory / name
+            try:
+                with open(path, "rb") as f:
+                    data = f.read(MAX_BUNDLE_BYTES + 1)
+            except FileNotFoundError:
+                continue  # a .have marker only
+            except OSError as e:
+                _warn_once(f"morello cache: {path}: {e}; ignoring it")
+                continue
+            if bundle_name(data) != name:
+                _warn_once(f"morello cache: {path}: content does not match its name; ignoring it")
+                continue
+            out.append((str(path), data))
+        return out
+
+    def attach(self) -> int:
+        """Serve the downloaded bundles' pages to `store` as it loads pages; how many
+        bundles. A bundle that does not parse warns once and is skipped."""
+        index: dict[tuple[str, tuple[int, ...]], list[tuple[str, bytes]]] = {}
+        count = 0
+        for where, data in self.bundles():
+            try:
+                pages = split_bundle(data)
+            except PageFormatError as e:
+                _warn_once(f"morello cache: {where}: {e}; ignoring it")
+                continue
+            count += 1
+            for header, blob in pages:
+                index.setdefault((header.key, header.page_point), []).append((where, blob))
+        if index:
+            empty: list[tuple[str, bytes]] = []
+            self.store.fallback = lambda key, pp: index.get((key, pp), empty)
+        return count
+
+    def materialize(self) -> int:
+        """Merge every downloaded bundle into the local pages (for `cache pull`/`push`/
+        `export`, which see pages only); pages changed. Merged bundles become markers."""
+        changed = 0
+        merged = []
+        for where, data in self.bundles():
+            try:
+                changed += self.store.merge_pages(decode_bundle(data))
+            except PageFormatError as e:
+                _warn_once(f"morello cache: {where}: {e}; ignoring it")
+                continue
+            merged.append(Path(where).name)
+        self.store.flush()
+        self.store.written.clear()  # from the remote: nothing of ours to push back
+        self.mark_have(merged)
+        return changed
+
+
 # ---------------------------------------------------------------------- pull and push
 
 
@@ -385,50 +504,30 @@ class PullReport:
     """What one pull did."""
 
     listed: int = 0
-    merged: int = 0  # bundles merged now
-    pages: int = 0  # pages that gained boxes
+    fetched: list[str] = field(default_factory=list)  # bundles downloaded now
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (bundle, reason)
-    merged_names: list[str] = field(default_factory=list)
 
 
-def seen_path(store: CacheStore, config: RemoteConfig) -> Path | None:
-    if store.directory is None:
-        return None
-    tag = hashlib.sha256(redact(config.url).encode()).hexdigest()[:16]
-    return store.directory / f".remote-{tag}.seen"
-
-
-def read_seen(path: Path | None) -> set[str]:
-    if path is None:
-        return set()
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            text = f.read(1 << 24)
-    except OSError:
-        return set()
-    return {n for n in text.split() if is_bundle_name(n)}
-
-
-def pull_into(tier: RemoteTier, store: CacheStore, *, again: bool = False) -> PullReport:
-    """Merge every bundle of `store`'s (schema, target) that this cache has not merged
-    before (`again`: all of them) into the local cache, and flush it. Bad bundles are
-    reported (one warning each) and skipped; a remote failure raises `RemoteError`."""
+def fetch_new(tier: RemoteTier, store: CacheStore) -> PullReport:
+    """Download the bundles of `store`'s (schema, target) that this cache does not have
+    into its mirror. A bundle whose name, checksum or page headers are wrong, or that holds
+    pages of another schema or target (stale or misplaced), is rejected with one warning
+    and never stored. A remote failure raises `RemoteError`."""
     report = PullReport()
     names = tier.list_bundles(store.schema, store.target)
     report.listed = len(names)
-    seen_file = seen_path(store, tier.config)
-    seen = set() if again else read_seen(seen_file)
+    mirror = Mirror(store)
+    have = mirror.names()
     for name in names:
-        if name in seen:
+        if name in have or name in tier.rejected:
             continue
         try:
-            pages = decode_bundle(tier.fetch(store.schema, store.target, name))
-            for p in pages:
-                if (p.schema, p.target) != (store.schema, store.target):
+            data = tier.fetch(store.schema, store.target, name)
+            for header, _ in split_bundle(data):
+                if (header.schema, header.target) != (store.schema, store.target):
                     raise PageFormatError(
-                        f"holds a page of {p.schema}/{p.target} (stale or misplaced)"
+                        f"holds a page of {header.schema}/{header.target} (stale or misplaced)"
                     )
-            report.pages += store.merge_pages(pages)
         except FileNotFoundError:
             continue  # removed since the listing (a push compacted it into a newer bundle)
         except PageFormatError as e:
@@ -437,26 +536,10 @@ def pull_into(tier: RemoteTier, store: CacheStore, *, again: bool = False) -> Pu
             report.rejected.append((name, reason))
             _warn_once(f"morello cache: remote {tier.config.shown}: bundle {name}: {reason}")
             continue
-        seen.add(name)
-        report.merged += 1
-        report.merged_names.append(name)
-    if report.pages:
-        store.flush()
-        store.written.clear()  # merged from the remote: nothing of ours to push back
-    if report.merged:
-        remember(store, tier.config, seen)
+        with contextlib.suppress(OSError):  # a cache we cannot write: use it this run only
+            mirror.add(name, data)
+        report.fetched.append(name)
     return report
-
-
-def remember(store: CacheStore, config: RemoteConfig, names: Iterable[str]) -> None:
-    """Record bundles whose content the local cache holds (merged, or pushed from it), so
-    later pulls skip them. Best effort: a lost record only costs a re-download."""
-    path = seen_path(store, config)
-    if path is None:
-        return
-    seen = read_seen(path) | set(names)
-    with contextlib.suppress(OSError):
-        write_atomic(path, "".join(n + "\n" for n in sorted(seen)).encode("ascii"), fsync=False)
 
 
 def push_pages(
@@ -476,5 +559,5 @@ def push_pages(
         return None
     name = tier.publish(store.schema, store.target, encode_bundle(blobs))
     tier.write_index(store.schema, store.target)
-    remember(store, tier.config, [name])
+    Mirror(store).mark_have([name])
     return name

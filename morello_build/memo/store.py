@@ -45,7 +45,7 @@ import stat
 import struct
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -62,10 +62,13 @@ from .value import MAX_ACTION, MAX_DEPTH, MAX_FINGERPRINT, MAX_PEAK, UNSAT, Memo
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "MIRROR_DIR",
     "CacheStore",
     "CacheWarning",
     "PageFile",
     "PageFormatError",
+    "PageHeader",
+    "PageSource",
     "TableInfo",
     "cache_dir",
     "cache_root",
@@ -75,6 +78,7 @@ __all__ = [
     "info",
     "key_from_name",
     "name_for_key",
+    "peek_page",
     "scan_pages",
     "verify",
     "write_atomic",
@@ -89,10 +93,15 @@ MAX_FILE_BYTES = 256 << 20
 
 _PREFIX = struct.Struct("<8sHHIQ32s")
 _TMP_RE = re.compile(r"^\..+\.page\.(\d+)\.[0-9a-f]+\.tmp$")
-#: The record of remote bundles merged into a table (`memo.remote.seen_path`).
-_SEEN_RE = re.compile(r"^\.remote-[0-9a-f]{16}\.seen$")
+#: Where a table keeps the remote tier's bundles, and their names (`memo.remote.Mirror`).
+MIRROR_DIR = ".remote"
+_MIRROR_RE = re.compile(r"^\.?[0-9a-f]{64}\.(bundle|have)(\.\d+\.[0-9a-f]+\.tmp)?$")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-,=+@.")
 _MAX_NAME = 120
+
+
+#: Extra versions of one page: `(key, page point) -> [(where, page file bytes)]`.
+PageSource = Callable[[str, tuple[int, ...]], Sequence[tuple[str, bytes]]]
 
 
 class CacheWarning(UserWarning):
@@ -475,6 +484,30 @@ class _Reader:
         return int.from_bytes(self.take(n), "big")
 
 
+@dataclass(frozen=True, slots=True)
+class PageHeader:
+    """Where a page file says it belongs (read without decoding or checking its boxes)."""
+
+    schema: str
+    target: str
+    key: str
+    page_point: tuple[int, ...]
+
+
+def peek_page(data: bytes) -> PageHeader:
+    """The header of a page file's bytes, for indexing many pages cheaply; the page must
+    still be decoded with `decode_page` (which checks everything) before it is used."""
+    if len(data) < _PREFIX.size or data[: len(MAGIC)] != MAGIC:
+        raise PageFormatError("not a morello-build page (bad magic)")
+    _, _, _, hlen, _, _ = _PREFIX.unpack_from(data)
+    h = _Reader(data[_PREFIX.size : _PREFIX.size + hlen], "header")
+    schema, target, key = h.string(), h.string(), h.string()
+    d, mdims, _ = h.unpack("HHH")
+    if mdims > d:
+        raise PageFormatError(f"bad dims d={d}, memory_dims={mdims}")
+    return PageHeader(schema, target, key, tuple(h.unpack(f"{d - mdims}q")))
+
+
 def decode_page(data: bytes) -> PageFile:
     """Parse and fully validate a page file's bytes; raise PageFormatError on any flaw."""
     if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
@@ -655,6 +688,9 @@ class CacheStore:
         self._rejected: set[tuple[str, tuple[int, ...]]] = set()
         #: Pages this store has written to disk (what a remote tier's push uploads).
         self.written: set[tuple[str, tuple[int, ...]]] = set()
+        #: More versions of pages, merged into each page as it loads (the remote tier's
+        #: downloaded bundles: `memo.remote`); untrusted bytes, decoded and checked here.
+        self.fallback: PageSource | None = None
         loader = self._load_page if self.directory is not None else None
         self.table = MemoTable(memory_dims, block, loader=loader)
 
@@ -703,8 +739,33 @@ class CacheStore:
         if disk is None:
             if str(path) in self._warned:
                 self.table.dirty.add((key, pp))  # a bad file: the next flush rewrites it
-            return Page(d)
+            disk = Page(d)
+        if self.fallback is not None:
+            for where, blob in self.fallback(key, pp):
+                other = self._check_blob(blob, where, key, pp, d)
+                if other is None:
+                    continue
+                if len(disk) == 0:
+                    disk = other
+                else:
+                    disk.fill_from(other)
         return disk
+
+    def _check_blob(
+        self, blob: bytes, where: str, key: str, pp: tuple[int, ...], d: int
+    ) -> Page | None:
+        """A page from the fallback source, fully validated (None, with one warning, if bad)."""
+        try:
+            pf = decode_page(blob)
+        except PageFormatError as e:
+            self._warn(Path(where), str(e))
+            return None
+        expect = (self.schema, self.target, key, self.memory_dims, self.block, pp, d)
+        got = (pf.schema, pf.target, pf.key, pf.memory_dims, pf.block, pf.page_point, pf.page.d)
+        if got != expect:
+            self._warn(Path(where), f"a page belongs elsewhere ({got[:3]})")
+            return None
+        return pf.page
 
     def _read_page(self, path: Path, key: str, pp: tuple[int, ...], d: int) -> Page | None:
         """The validated page at ``path``, or None (missing or bad; bad ones warn once)."""
@@ -989,14 +1050,15 @@ def clear(root: Path | None = None) -> int:
         for d in (tdir, tdir.parent, tdir.parent.parent):
             with contextlib.suppress(OSError):
                 d.rmdir()  # only succeeds when empty
-    for level1 in _subdirs(Path(base)):  # what a remote tier merged: forget it too
+    for level1 in _subdirs(Path(base)):  # the remote tier's bundles (`memo.remote.Mirror`)
         for level2 in _subdirs(level1):
-            for e in _files(level2):
-                if _SEEN_RE.match(e.name):
+            mirror = level2 / MIRROR_DIR
+            for e in _files(mirror):
+                if _MIRROR_RE.match(e.name):
                     with contextlib.suppress(OSError):
                         os.unlink(e.path)
                         removed += 1
-            for d in (level2, level1):
+            for d in (mirror, level2, level1):
                 with contextlib.suppress(OSError):
                     d.rmdir()
     return removed

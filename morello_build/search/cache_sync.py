@@ -14,11 +14,9 @@ from pathlib import Path
 from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.memo.bundle import MAX_BUNDLE_BYTES, decode_bundle, encode_bundle
 from morello_build.memo.remote import (
+    Mirror,
     RemoteConfig,
-    pull_into,
-    read_seen,
-    remember,
-    seen_path,
+    fetch_new,
     tier_for,
 )
 from morello_build.memo.store import (
@@ -97,9 +95,13 @@ def pull_all(root: Path, remote: RemoteConfig) -> SyncReport:
             report.lines.append(f"{target_n}: skipped (not a target of this version)")
             continue
         store = _store(root, target)
-        pulled = pull_into(tier, store, again=True)
-        report.pages += pulled.pages
-        line = f"{target}: {pulled.merged} of {pulled.listed} bundles merged, {pulled.pages} pages"
+        pulled = fetch_new(tier, store)
+        changed = Mirror(store).materialize()
+        report.pages += changed
+        line = (
+            f"{target}: {len(pulled.fetched)} of {pulled.listed} bundles downloaded"
+            f" (the others were here already), {changed} pages changed"
+        )
         if pulled.rejected:
             line += f", {len(pulled.rejected)} rejected"
         report.lines.append(line)
@@ -121,8 +123,10 @@ def push_all(root: Path, remote: RemoteConfig, *, compact: bool = True) -> SyncR
     }
     for target in sorted(targets):
         store = _store(root, target)
-        pulled = pull_into(tier, store)
-        contained = set(pulled.merged_names) | read_seen(seen_path(store, tier.config))
+        pulled = fetch_new(tier, store)
+        mirror = Mirror(store)
+        mirror.materialize()
+        contained = mirror.names()  # every bundle whose content the local pages hold
         pages = _local_pages(root, target)
         if not pages:
             continue
@@ -131,11 +135,11 @@ def push_all(root: Path, remote: RemoteConfig, *, compact: bool = True) -> SyncR
         removed = sorted((contained & set(listed)) - {name}) if compact else []
         tier.delete(store.schema, target, removed)
         tier.write_index(store.schema, target)
-        remember(store, tier.config, [name])
+        mirror.mark_have([name])
         report.pages += len(pages)
         report.lines.append(
-            f"{target}: pushed {len(pages)} pages as {name[:12]}..., merged "
-            f"{pulled.merged} remote bundles first, removed {len(removed)} it replaces"
+            f"{target}: pushed {len(pages)} pages as {name[:12]}..., downloaded "
+            f"{len(pulled.fetched)} remote bundles first, removed {len(removed)} it replaces"
         )
     if not report.lines:
         report.lines.append("nothing to push: the local cache has no table of this version")
@@ -143,7 +147,11 @@ def push_all(root: Path, remote: RemoteConfig, *, compact: bool = True) -> SyncR
 
 
 def export_archive(root: Path, out: Path, target: str | None = None) -> SyncReport:
-    """Write every page of this schema (of one `target`, or all) to one archive file."""
+    """Write every page of this schema (of one `target`, or all) to one archive file,
+    including what downloaded remote bundles hold (merged into the pages first)."""
+    for t in local_targets(root):
+        if target is None or t == target:
+            Mirror(_store(root, t)).materialize()
     pages = _local_pages(root, target)
     data = _encode(pages)
     write_atomic(out, data, fsync=True)

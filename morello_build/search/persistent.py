@@ -26,10 +26,11 @@ from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.machine.target import TUNES, Target, get_target
 from morello_build.memo.remote import (
+    Mirror,
     RemoteConfig,
     RemoteError,
     RemoteTier,
-    pull_into,
+    fetch_new,
     push_pages,
     remote_from_env,
     tier_for,
@@ -131,17 +132,19 @@ class PersistentMemo(DictMemo):
         if remote is not None and self.store.enabled:
             self.remote = tier_for(remote)
             self._pull()
+        if self.store.enabled:
+            Mirror(self.store).attach()  # pages are read from the bundles as they load
 
     def _pull(self) -> None:
-        """Merge the remote's new bundles into the local cache, once per process and
-        table: later syntheses in the process read them from the local cache."""
+        """Download the remote's new bundles into the local cache's mirror, once per
+        process and table (later syntheses in the process find them there)."""
         assert self.remote is not None
         once = (self.remote.config, self.store.schema, self.store.target, str(self.store.root))
         if once in _PULLED:
             return
         _PULLED.add(once)
         try:
-            pull_into(self.remote, self.store)
+            fetch_new(self.remote, self.store)
         except RemoteError as e:
             _remote_down(self.remote, e)
 

@@ -86,6 +86,11 @@ def test_a_warm_remote_makes_a_fresh_cache_warm(tmp_path, cold_c):
     assert c_source(SPECS[0], fresh) == cold_c[SPECS[0]]  # byte-identical C
     # It pushed nothing new: its cache holds only what it pulled.
     assert len(remote_bundles(remote)) == 1
+    # The bundle sits in the fresh cache's mirror; `cache clear` removes it with the rest.
+    assert len(list((tmp_path / "b").rglob(".remote/*.bundle"))) == 1
+    p = morello("cache", "clear", env=fresh)
+    assert p.returncode == 0
+    assert [p for p in (tmp_path / "b").rglob("*") if p.is_file()] == []
 
 
 def test_read_only_and_off(tmp_path):
@@ -147,12 +152,12 @@ def test_push_compacts_and_pull_fills(tmp_path, cold_c):
     dev = env_for(tmp_path / "dev", None)
     p = morello("cache", "push", "--remote", url, env=dev)
     assert p.returncode == 0, p.stderr
-    assert "merged 2 remote bundles first, removed 2" in p.stdout
+    assert "downloaded 2 remote bundles first, removed 2 it replaces" in p.stdout
     assert len(remote_bundles(remote)) == 1
     # A CI runner pulls it explicitly, then builds with the remote off: all warm.
     ci = env_for(tmp_path / "ci", None)
     p = morello("cache", "pull", "--remote", url, env=ci)
-    assert p.returncode == 0 and "1 of 1 bundles merged" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0 and "1 of 1 bundles downloaded" in p.stdout, p.stdout + p.stderr
     for n in SPECS[:2]:
         assert synth(n, ci)[0]["solved"] == 0
         assert c_source(n, ci) == cold_c[n]
