@@ -6,8 +6,9 @@ that cannot list a directory (``https://``).
 
 Why immutable, content-addressed bundles (design notes in docs/internals.md, "Remote
 cache"): puts into the memo commute, so the remote never needs a read-modify-write. Each
-writer uploads its own new object, named by its hash; readers merge every bundle they have
-not merged yet. No writer can overwrite or lose another's entries, no lock or conditional
+writer uploads its own new object, named by its hash; readers download every bundle they do
+not have into the table's mirror (`memo.mirror`), whose pages are merged as the search
+loads them. No writer can overwrite or lose another's entries, no lock or conditional
 put is needed (object stores and shared file systems differ there), and a writer killed
 mid-upload leaves at most a temp object no reader takes. `morello cache push` compacts:
 it uploads the merge of everything it read, then deletes exactly the bundles it merged.
@@ -25,30 +26,19 @@ import contextlib
 import os
 import secrets
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from .bundle import (
-    BUNDLE_SUFFIX,
-    MAX_BUNDLE_BYTES,
-    bundle_name,
-    decode_bundle,
-    encode_bundle,
-    is_bundle_name,
-    split_bundle,
-)
+from .bundle import MAX_BUNDLE_BYTES, bundle_name, encode_bundle, is_bundle_name, split_bundle
+from .mirror import Mirror
 from .store import (
-    MIRROR_DIR,
     CacheStore,
-    CacheWarning,
     PageFormatError,
     encode_page,
     name_for_key,
-    write_atomic,
+    warn_once,
 )
 
 __all__ = [
@@ -56,7 +46,6 @@ __all__ = [
     "RemoteConfig",
     "RemoteError",
     "RemoteTier",
-    "Mirror",
     "PullReport",
     "fetch_new",
     "push_pages",
@@ -145,7 +134,7 @@ def remote_from_env(environ: Mapping[str, str] | None = None) -> RemoteConfig | 
     timeout, timeout_problem = timeout_setting(env)
     problem = problem or timeout_problem
     if problem is not None:
-        _warn_once(f"morello cache: remote tier off: MORELLO_REMOTE_CACHE: {problem}")
+        warn_once(f"morello cache: remote tier off: MORELLO_REMOTE_CACHE: {problem}")
         return None
     scheme = urlsplit(url).scheme
     read_only = mode == "read-only" or scheme in _READ_ONLY_PROTOCOLS
@@ -165,15 +154,6 @@ def timeout_setting(env: Mapping[str, str] | None = None) -> tuple[float, str | 
     if not 0 < timeout <= 3600:  # also rejects nan
         return DEFAULT_TIMEOUT, f"MORELLO_REMOTE_TIMEOUT must be seconds in (0, 3600], got {text!r}"
     return timeout, None
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(CacheWarning(message), stacklevel=3)
 
 
 def _bounded(fn: Callable[[], T], timeout: float) -> T:
@@ -212,7 +192,6 @@ class RemoteTier:
     rejected: dict[str, str] = field(default_factory=dict)
     _fs: Any = None
     _base: str = ""
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- plumbing
 
@@ -383,119 +362,6 @@ def tier_for(config: RemoteConfig) -> RemoteTier:
         return tier
 
 
-# ---------------------------------------------------------------------- the local mirror
-
-
-class Mirror:
-    """The remote's bundles this cache has, in ``<table dir>/.remote/``: ``<hash>.bundle``
-    files (downloaded, read lazily: a page is decoded and merged only when the search
-    loads it, through `CacheStore.fallback`), and empty ``<hash>.have`` markers for
-    bundles whose content the local pages already hold (merged by `materialize`, or
-    pushed from here). Both kinds tell a pull not to download that bundle again.
-
-    Bundles are content-addressed, so the mirror serves any remote: what matters is which
-    content this cache has, not where it came from.
-    """
-
-    def __init__(self, store: CacheStore) -> None:
-        self.store = store
-        self.directory = None if store.directory is None else store.directory / MIRROR_DIR
-
-    def names(self) -> set[str]:
-        """Bundles this cache has (downloaded or merged)."""
-        if self.directory is None:
-            return set()
-        try:
-            entries = os.listdir(self.directory)
-        except OSError:
-            return set()
-        out = set()
-        for e in entries:
-            stem, _, ext = e.rpartition(".")
-            name = f"{stem}{BUNDLE_SUFFIX}"
-            if ext in ("bundle", "have") and is_bundle_name(name):
-                out.add(name)
-        return out
-
-    def _ensure(self) -> Path:
-        assert self.directory is not None and self.store.directory is not None
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return self.directory
-
-    def add(self, name: str, data: bytes) -> None:
-        write_atomic(self._ensure() / name, data, fsync=False)
-
-    def mark_have(self, names: Iterable[str]) -> None:
-        """Record bundles whose content the local pages hold (and drop their bytes)."""
-        if self.directory is None:
-            return
-        with contextlib.suppress(OSError):
-            d = self._ensure()
-            for name in names:
-                stem = name[: -len(BUNDLE_SUFFIX)]
-                (d / f"{stem}.have").touch(mode=0o600)
-                with contextlib.suppress(FileNotFoundError):
-                    (d / name).unlink()
-
-    def bundles(self) -> list[tuple[str, bytes]]:
-        """The downloaded bundles, each re-checked against its name (a bad one warns and
-        is skipped: the cache directory is untrusted too)."""
-        if self.directory is None:
-            return []
-        out = []
-        for name in sorted(self.names()):
-            path = self.directory / name
-            try:
-                with open(path, "rb") as f:
-                    data = f.read(MAX_BUNDLE_BYTES + 1)
-            except FileNotFoundError:
-                continue  # a .have marker only
-            except OSError as e:
-                _warn_once(f"morello cache: {path}: {e}; ignoring it")
-                continue
-            if bundle_name(data) != name:
-                _warn_once(f"morello cache: {path}: content does not match its name; ignoring it")
-                continue
-            out.append((str(path), data))
-        return out
-
-    def attach(self) -> int:
-        """Serve the downloaded bundles' pages to `store` as it loads pages; how many
-        bundles. A bundle that does not parse warns once and is skipped."""
-        index: dict[tuple[str, tuple[int, ...]], list[tuple[str, bytes]]] = {}
-        count = 0
-        for where, data in self.bundles():
-            try:
-                pages = split_bundle(data)
-            except PageFormatError as e:
-                _warn_once(f"morello cache: {where}: {e}; ignoring it")
-                continue
-            count += 1
-            for header, blob in pages:
-                index.setdefault((header.key, header.page_point), []).append((where, blob))
-        if index:
-            empty: list[tuple[str, bytes]] = []
-            self.store.fallback = lambda key, pp: index.get((key, pp), empty)
-        return count
-
-    def materialize(self) -> int:
-        """Merge every downloaded bundle into the local pages (for `cache pull`/`push`/
-        `export`, which see pages only); pages changed. Merged bundles become markers."""
-        changed = 0
-        merged = []
-        for where, data in self.bundles():
-            try:
-                changed += self.store.merge_pages(decode_bundle(data))
-            except PageFormatError as e:
-                _warn_once(f"morello cache: {where}: {e}; ignoring it")
-                continue
-            merged.append(Path(where).name)
-        self.store.flush()
-        self.store.written.clear()  # from the remote: nothing of ours to push back
-        self.mark_have(merged)
-        return changed
-
-
 # ---------------------------------------------------------------------- pull and push
 
 
@@ -534,7 +400,7 @@ def fetch_new(tier: RemoteTier, store: CacheStore) -> PullReport:
             reason = f"rejected: {e}"
             tier.rejected[name] = reason
             report.rejected.append((name, reason))
-            _warn_once(f"morello cache: remote {tier.config.shown}: bundle {name}: {reason}")
+            warn_once(f"morello cache: remote {tier.config.shown}: bundle {name}: {reason}")
             continue
         with contextlib.suppress(OSError):  # a cache we cannot write: use it this run only
             mirror.add(name, data)

@@ -81,6 +81,7 @@ __all__ = [
     "peek_page",
     "scan_pages",
     "verify",
+    "warn_once",
     "write_atomic",
 ]
 
@@ -110,6 +111,17 @@ class CacheWarning(UserWarning):
 
 class PageFormatError(ValueError):
     """A page file failed validation; the message says why."""
+
+
+_warned_once: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A `CacheWarning` the first time this process sees `message` (e.g. the same bad
+    object met by every synthesis of a build)."""
+    if message not in _warned_once:
+        _warned_once.add(message)
+        warnings.warn(CacheWarning(message), stacklevel=3)
 
 
 # ---------------------------------------------------------------------- locations

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.memo.bundle import MAX_BUNDLE_BYTES, decode_bundle, encode_bundle
+from morello_build.memo.mirror import Mirror
 from morello_build.memo.remote import (
-    Mirror,
     RemoteConfig,
     fetch_new,
     tier_for,

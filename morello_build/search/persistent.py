@@ -25,8 +25,8 @@ from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.machine.target import TUNES, Target, get_target
+from morello_build.memo.mirror import Mirror
 from morello_build.memo.remote import (
-    Mirror,
     RemoteConfig,
     RemoteError,
     RemoteTier,

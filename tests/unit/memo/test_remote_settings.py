@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from morello_build.memo import remote
+from morello_build.memo import remote, store
 from morello_build.memo.remote import RemoteConfig, redact, remote_from_env, timeout_setting
 
 
@@ -47,8 +47,8 @@ def test_remote_from_env():
     ],
 )
 def test_a_bad_setting_warns_once_and_leaves_the_tier_off(env, message):
-    remote._warned.clear()
-    with pytest.warns(remote.CacheWarning, match=message.replace("(", r"\(").replace(")", r"\)")):
+    store._warned_once.clear()
+    with pytest.warns(store.CacheWarning, match=message.replace("(", r"\(").replace(")", r"\)")):
         assert remote_from_env(env) is None
 
 
