@@ -21,7 +21,7 @@ from .bundle import (
     is_bundle_name,
     split_bundle,
 )
-from .store import MIRROR_DIR, CacheStore, PageFormatError, warn_once, write_atomic
+from .store import MIRROR_DIR, CacheStore, PageFormatError, PageHeader, warn_once, write_atomic
 
 __all__ = ["Mirror"]
 
@@ -31,7 +31,8 @@ class Mirror:
     files (downloaded, read lazily: a page is decoded and merged only when the search
     loads it, through `CacheStore.fallback`), and empty ``<hash>.have`` markers for
     bundles whose content the local pages already hold (merged by `materialize`, or
-    pushed from here). Both kinds tell a pull not to download that bundle again.
+    pushed from here), and `<hash>.bad` markers for bundles that held an answer failing
+    its replay check. All three tell a pull not to download that bundle again.
 
     Bundles are content-addressed, so the mirror serves any remote: what matters is which
     content this cache has, not where it came from.
@@ -53,7 +54,7 @@ class Mirror:
         for e in entries:
             stem, _, ext = e.rpartition(".")
             name = f"{stem}{BUNDLE_SUFFIX}"
-            if ext in ("bundle", "have") and is_bundle_name(name):
+            if ext in ("bundle", "have", "bad") and is_bundle_name(name):
                 out.add(name)
         return out
 
@@ -102,21 +103,26 @@ class Mirror:
     def attach(self) -> int:
         """Serve the downloaded bundles' pages to `store` as it loads pages; how many
         bundles. A bundle that does not parse warns once and is skipped."""
-        index: dict[tuple[str, tuple[int, ...]], list[tuple[str, bytes]]] = {}
-        count = 0
+        source = _MirrorSource(self)
         for where, data in self.bundles():
             try:
                 pages = split_bundle(data)
             except PageFormatError as e:
                 warn_once(f"morello cache: {where}: {e}; ignoring it")
                 continue
-            count += 1
-            for header, blob in pages:
-                index.setdefault((header.key, header.page_point), []).append((where, blob))
-        if index:
-            empty: list[tuple[str, bytes]] = []
-            self.store.fallback = lambda key, pp: index.get((key, pp), empty)
-        return count
+            source.add(where, pages)
+        if source.count:
+            self.store.fallback = source
+        return source.count
+
+    def condemn(self, where: str) -> None:
+        """Never use this downloaded bundle again (one of its answers failed its replay
+        check): its bytes are replaced by a `<hash>.bad` marker, which also keeps a pull
+        from downloading it again."""
+        path = Path(where)
+        with contextlib.suppress(OSError):
+            (path.parent / f"{path.name[: -len(BUNDLE_SUFFIX)]}.bad").touch(mode=0o600)
+            path.unlink()
 
     def materialize(self) -> int:
         """Merge every downloaded bundle into the local pages (for `cache pull`/`push`/
@@ -134,3 +140,27 @@ class Mirror:
         self.store.written.clear()  # from the remote: nothing of ours to push back
         self.mark_have(merged)
         return changed
+
+
+class _MirrorSource:
+    """The downloaded bundles' pages by (key, page point): a `store.PageSource`."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
+        self.count = 0
+        self._index: dict[tuple[str, tuple[int, ...]], list[tuple[str, bytes]]] = {}
+
+    def add(self, where: str, pages: list[tuple[PageHeader, bytes]]) -> None:
+        self.count += 1
+        for header, blob in pages:
+            self._index.setdefault((header.key, header.page_point), []).append((where, blob))
+
+    def pages(self, key: str, page_point: tuple[int, ...]) -> list[tuple[str, bytes]]:
+        return self._index.get((key, page_point), [])
+
+    def condemn(self, key: str, page_point: tuple[int, ...]) -> None:
+        bad = {where for where, _ in self.pages(key, page_point)}
+        for where in sorted(bad):
+            self.mirror.condemn(where)
+        for k, versions in list(self._index.items()):
+            self._index[k] = [v for v in versions if v[0] not in bad]

@@ -45,11 +45,12 @@ import stat
 import struct
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 import filelock
 import numpy as np
@@ -96,13 +97,23 @@ _PREFIX = struct.Struct("<8sHHIQ32s")
 _TMP_RE = re.compile(r"^\..+\.page\.(\d+)\.[0-9a-f]+\.tmp$")
 #: Where a table keeps the remote tier's bundles, and their names (`memo.remote.Mirror`).
 MIRROR_DIR = ".remote"
-_MIRROR_RE = re.compile(r"^\.?[0-9a-f]{64}\.(bundle|have)(\.\d+\.[0-9a-f]+\.tmp)?$")
+_MIRROR_RE = re.compile(r"^\.?[0-9a-f]{64}\.(bundle|have|bad)(\.\d+\.[0-9a-f]+\.tmp)?$")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-,=+@.")
 _MAX_NAME = 120
 
 
-#: Extra versions of one page: `(key, page point) -> [(where, page file bytes)]`.
-PageSource = Callable[[str, tuple[int, ...]], Sequence[tuple[str, bytes]]]
+class PageSource(Protocol):
+    """More versions of pages than the local files hold (the remote tier's downloaded
+    bundles, `memo.mirror`): untrusted bytes, checked by the store before use."""
+
+    def pages(self, key: str, page_point: tuple[int, ...]) -> Sequence[tuple[str, bytes]]:
+        """`(where, page file bytes)` for each version of one page."""
+        ...
+
+    def condemn(self, key: str, page_point: tuple[int, ...]) -> None:
+        """A version of this page held an answer that failed its replay check: never serve
+        what it came from again."""
+        ...
 
 
 class CacheWarning(UserWarning):
@@ -753,7 +764,7 @@ class CacheStore:
                 self.table.dirty.add((key, pp))  # a bad file: the next flush rewrites it
             disk = Page(d)
         if self.fallback is not None:
-            for where, blob in self.fallback(key, pp):
+            for where, blob in self.fallback.pages(key, pp):
                 other = self._check_blob(blob, where, key, pp, d)
                 if other is None:
                     continue
@@ -824,6 +835,8 @@ class CacheStore:
         self._warn(path if path is not None else Path(key), f"{reason}; re-solving it")
         self.table.drop_page(key, pp)
         self._rejected.add((key, pp))
+        if self.fallback is not None:
+            self.fallback.condemn(key, pp)
 
     # -- merging pages read elsewhere
 

@@ -251,6 +251,13 @@ def test_answers_that_do_not_add_up_are_never_replayed(tmp_path, cold_c):
     out, err = synth(SPECS[0], fresh)
     assert out["solved"] > 0
     assert "does not recompute to its cost" in err
+    # The bundle is condemned in that cache (never served or downloaded again), and the
+    # cache's own answers stand: the next build is warm and quiet.
+    assert len(list((tmp_path / "b").rglob(".remote/*.bad"))) == 1
+    assert list((tmp_path / "b").rglob(".remote/*.bundle")) == []
+    again, err = synth(SPECS[0], fresh)
+    assert again["solved"] == 0 and err == ""
+    assert c_source(SPECS[0], fresh) == cold_c[SPECS[0]]
     assert c_source(SPECS[0], env_for(tmp_path / "c", url)) == cold_c[SPECS[0]]
 
 
