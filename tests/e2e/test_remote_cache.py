@@ -448,3 +448,38 @@ def test_declared_remote_cache_and_its_overrides(tmp_path):
     assert len(remote_bundles(remote)) == 1
     p = generate("b")
     assert p.returncode == 0 and "mm8: cache hit" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_read_only_https_style_remote_served_over_http(tmp_path, cold_c):
+    """A static copy of a remote served over HTTP (here `http.server` on 127.0.0.1): readers
+    find the bundles through each table's index file and never write."""
+    pytest.importorskip("aiohttp", reason="aiohttp (fsspec's HTTP backend) is in the test extra")
+    remote = tmp_path / "remote"
+    synth(SPECS[0], env_for(tmp_path / "a", remote.as_uri()))
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=remote,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "http.server did not start"
+                time.sleep(0.2)
+        before = sorted(p.name for p in remote.rglob("*"))
+        fresh = env_for(tmp_path / "b", f"http://127.0.0.1:{port}")
+        out, err = synth(SPECS[0], fresh)
+        assert out["solved"] == 0, err
+        assert c_source(SPECS[0], fresh) == cold_c[SPECS[0]]
+        out, err = synth(SPECS[1], fresh)  # solves; an http remote is never written
+        assert out["solved"] > 0 and "warning" not in err.lower(), err
+        assert sorted(p.name for p in remote.rglob("*")) == before
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
