@@ -148,8 +148,8 @@ def run_cache_command(
         return _usage(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
     if (file is not None) != (action in ("export", "import")):
         if file is None:
-            return _usage(f"{action} needs a FILE (morello cache {action} FILE)")
-        return _usage(f"{action} takes no FILE (got {file!r})")
+            return _usage(f"{action} needs a FILE argument (morello cache {action} FILE)")
+        return _usage(f"{action} takes no further argument (got {file!r})")
     if target is not None and action != "export":
         return _usage("--target is an option of export")
     if remote is not None and action not in ("push", "pull"):

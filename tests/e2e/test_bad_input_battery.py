@@ -295,6 +295,26 @@ def _cli_fixed() -> list[Case]:
         add("cli cache", ["cache", action, "--root", ""], "--root")
     for argv in (["cache"], ["cache", "compact"], ["cache", "info", "extra"], ["cache", "--root"]):
         add("cli cache", argv, "action", "argument", "unrecognized", "--root")
+    # Moving tables: a missing or extra FILE, no remote, a remote that is not a URL, an
+    # archive that is not one, options of other actions.
+    add("cli cache", ["cache", "export"], "FILE")
+    add("cli cache", ["cache", "import"], "FILE")
+    add("cli cache", ["cache", "pull", "x"], "argument", must=("'x'",))
+    add("cli cache", ["cache", "import", "{dir}/none.mrlo"], "No such file",
+        must=("{dir}/none.mrlo",))  # fmt: skip
+    add("cli cache", ["cache", "import", "{dir}/a_file"], "not a valid morello-build cache archive",
+        must=("{dir}/a_file",), files=(("a_file", "x"),))  # fmt: skip
+    add("cli cache", ["cache", "export", "{dir}"], "is a directory", must=("{dir}",))
+    add("cli cache", ["cache", "push"], "MORELLO_REMOTE_CACHE")
+    add("cli cache", ["cache", "pull", "--remote", "bucket/prefix"], "--remote",
+        must=("expected a URL",))  # fmt: skip
+    add("cli cache", ["cache", "push", "--remote", "https://h/p"], "read-only")
+    add("cli cache", ["cache", "info", "--remote", "file:///x"], "--remote")
+    add("cli cache", ["cache", "verify", "--target", "avx2"], "--target")
+    add("cli spec", ["synth", "matmul 4x4x4", "--remote-cache", "nope"], "--remote-cache",
+        must=("expected a URL",))  # fmt: skip
+    add("cli spec", ["synth", "matmul 4x4x4", "--remote-cache", ""], "--remote-cache",
+        must=("empty URL",))  # fmt: skip
     # Usage errors: one line each (the usage stays under --help).
     for argv, needle in (
         ([], "COMMAND"),
