@@ -206,8 +206,17 @@ class RemoteTier:
             fs, base = self._fs, self._base
             return _bounded(lambda: fn(fs, base), self.config.timeout)
         except RemoteError as e:
-            self.down = f"{what}: {e}"
+            self.down = f"{what}: {self._scrub(str(e))}"
             raise RemoteError(self.down) from None
+
+    def _scrub(self, text: str) -> str:
+        """A backend's message without the URL's credentials (some quote the URL)."""
+        parts = urlsplit(self.config.url)
+        text = text.replace(self.config.url, self.config.shown)
+        for secret in (parts.password, parts.query):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
     def _connect(self) -> tuple[Any, str]:
         import fsspec  # deferred: only a run with a remote tier pays for it

@@ -67,3 +67,17 @@ def test_set_remote_env(monkeypatch):
     assert remote_from_env() == RemoteConfig("file:///tmp/x", read_only=True)
     assert remote.set_remote_env("off", None) is None
     assert remote_from_env() is None
+
+
+def test_backend_messages_lose_the_urls_credentials():
+    tier = remote.RemoteTier(RemoteConfig("https://al:pw-123@h.example/c?sig=tok-456"))
+
+    def fail(fs, base):
+        raise OSError("GET https://al:pw-123@h.example/c?sig=tok-456/x failed for al")
+
+    tier._fs, tier._base = object(), "https://h.example/c"
+    with pytest.raises(remote.RemoteError) as info:
+        tier._call("read", fail)
+    text = str(info.value)
+    assert "pw-123" not in text and "tok-456" not in text
+    assert "https://h.example/c" in text
