@@ -682,3 +682,30 @@ def test_ninja_shows_the_build_step_while_it_runs(tmp_path: Path, cache: Path) -
     assert proc.wait(timeout=120) == 0, "".join(lines)
     assert (tmp_path / "gate.result").read_text() == "released", "".join(lines)
     assert any(line.startswith("gated: ") for line in lines), "".join(lines)
+
+
+def test_remote_cache_variable_reaches_the_build_step(tmp_path: Path) -> None:
+    """`-DMORELLO_REMOTE_CACHE=<url>` (the cache variable; it defaults to the environment
+    variable): the first build uploads what it synthesized, a second one with an empty
+    local cache replays it."""
+    remote = tmp_path / "remote"
+    src = _project(
+        tmp_path / "src",
+        'morello_add_kernel(k NAME mm8 SPEC "matmul 8x8x8" TARGET_ISA avx2 NO_VERIFY)\n',
+    )
+    outputs = []
+    for i in range(2):
+        env = _env(tmp_path / f"cache{i}")
+        env.pop("MORELLO_REMOTE_CACHE", None)
+        build = tmp_path / f"build{i}"
+        _run(
+            ["cmake", "-S", str(src), "-B", str(build), *_gen_args(),
+             f"-DMorelloBuild_DIR={_cmake_dir()}", f"-DMORELLO_PYTHON={sys.executable}",
+             f"-DMORELLO_REMOTE_CACHE={remote.as_uri()}"],
+            env,
+            src,
+        )  # fmt: skip
+        proc = _run(["cmake", "--build", str(build)], env, src)
+        outputs.append(proc.stdout + proc.stderr)
+        assert len(list(remote.rglob("*.bundle"))) == 1, outputs[-1]
+    assert "synthesized" in outputs[0] and "cache hit" in outputs[1], outputs
