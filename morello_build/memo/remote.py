@@ -62,6 +62,8 @@ MODES = ("read-write", "read-only")
 DEFAULT_TIMEOUT = 20.0
 INDEX_NAME = "index"
 _READ_ONLY_PROTOCOLS = ("http", "https")
+#: The package extra that brings each scheme's fsspec backend.
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
 T = TypeVar("T")
 
 
@@ -206,7 +208,11 @@ class RemoteTier:
             fs, base = self._fs, self._base
             return _bounded(lambda: fn(fs, base), self.config.timeout)
         except RemoteError as e:
-            self.down = f"{what}: {self._scrub(str(e))}"
+            message = self._scrub(str(e))
+            extra = _EXTRAS.get(urlsplit(self.config.url).scheme)
+            if message.startswith("ImportError") and extra:
+                message += f" (pip install 'morello-build[{extra}]')"
+            self.down = f"{what}: {message}"
             raise RemoteError(self.down) from None
 
     def _scrub(self, text: str) -> str:
