@@ -20,7 +20,7 @@ import pytest
 
 from morello_build.memo.bundle import decode_bundle, encode_bundle, is_bundle_name
 from morello_build.memo.store import decode_page, encode_page
-from tests.support.s3 import BUCKET, free_port, start_s3_server, stop
+from tests.support.s3 import BUCKET, free_port, start_s3_server, stop, wait_for_port
 
 TARGET = "avx2"  # compiles anywhere; nothing here runs the kernels
 SPECS = ["8x8x8", "8x16x8", "16x8x8", "8x8x16"]
@@ -59,6 +59,27 @@ def c_source(n: str, env: dict[str, str]) -> str:
     p = morello(*synth_args(n, "c"), env=env)
     assert p.returncode == 0, p.stderr
     return p.stdout
+
+
+def concurrent_writers(
+    tmp_path: Path, url: str, extra: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """Synthesize every Spec of `SPECS` at once, one process and local cache each, all
+    with the remote `url`; each one's (stdout, stderr) once all succeeded."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "morello_build", *synth_args(n)],
+            env=env_for(tmp_path / f"w{i}", url, **(extra or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, n in enumerate(SPECS)
+    ]
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode == 0, err
+    return results
 
 
 def remote_bundles(root: Path) -> list[Path]:
@@ -119,19 +140,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     fresh cache finds every one of their answers there, and every object is valid."""
     remote = tmp_path / "remote"
     url = remote.as_uri()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "morello_build", *synth_args(n)],
-            env=env_for(tmp_path / f"w{i}", url),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i, n in enumerate(SPECS)
-    ]
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
+    for out, _ in concurrent_writers(tmp_path, url):
         assert json.loads(out)["solved"] > 0
     bundles = remote_bundles(remote)
     assert len(bundles) >= len(SPECS)
@@ -341,19 +350,7 @@ def s3_server():
 @pytest.mark.slow
 def test_s3_remote_end_to_end(tmp_path, s3_server, cold_c):
     url = f"s3://{BUCKET}/team-cache"
-    writers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "morello_build", *synth_args(n)],
-            env=env_for(tmp_path / f"w{i}", url, **s3_server),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i, n in enumerate(SPECS)
-    ]
-    for p in writers:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
+    for _, err in concurrent_writers(tmp_path, url, s3_server):
         assert "warning" not in err.lower(), err
     fresh = env_for(tmp_path / "fresh", url, **s3_server)
     for n in SPECS:
@@ -464,14 +461,7 @@ def test_a_read_only_https_style_remote_served_over_http(tmp_path, cold_c):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "http.server did not start"
-                time.sleep(0.2)
+        wait_for_port(port, server, "http.server")
         before = sorted(p.name for p in remote.rglob("*"))
         fresh = env_for(tmp_path / "b", f"http://127.0.0.1:{port}")
         out, err = synth(SPECS[0], fresh)

@@ -1,4 +1,4 @@
-"""An S3-compatible server (moto) on 127.0.0.1 for the remote-cache tests and benchmark."""
+"""Servers on 127.0.0.1 for the remote-cache tests and benchmark: an S3-compatible one (moto)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_port(port: int, proc: subprocess.Popen, what: str, seconds: float = 30) -> None:
+    """Return once `proc` listens on 127.0.0.1:`port`; kill it and raise if it does not."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.2)
+
+
 def start_s3_server() -> tuple[subprocess.Popen, dict[str, str]]:
     """Start `moto.server`, create `BUCKET`; the process and the environment a client
     needs (dummy credentials, the endpoint through fsspec's config variables)."""
@@ -26,16 +40,7 @@ def start_s3_server() -> tuple[subprocess.Popen, dict[str, str]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("moto.server did not start") from None
-            time.sleep(0.2)
+    wait_for_port(port, proc, "moto.server")
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing-secret-never-printed",
