@@ -31,7 +31,13 @@ from morello_build.memo.store import (
     root_problem,
     stray_temp_files,
 )
-from morello_build.search.cache_sync import export_archive, import_archive, pull_all, push_all
+from morello_build.search.cache_sync import (
+    export_archive,
+    import_archive,
+    local_targets,
+    pull_all,
+    push_all,
+)
 from morello_build.search.persistent import verify_replays
 from morello_build.search.schema import schema_stamp
 
@@ -213,6 +219,9 @@ def _transfer(
             if action == "export":
                 if path.is_dir():
                     return _usage(f"export {file}: is a directory, expected a file name")
+                if target is not None and target not in local_targets(base):
+                    known = ", ".join(local_targets(base)) or "none"
+                    return _usage(f"--target {target}: no such table here (tables: {known})")
                 report = export_archive(base, path, target)
             else:
                 report = import_archive(base, path)

@@ -311,6 +311,8 @@ def _cli_fixed() -> list[Case]:
     add("cli cache", ["cache", "push", "--remote", "https://h/p"], "read-only")
     add("cli cache", ["cache", "info", "--remote", "file:///x"], "--remote")
     add("cli cache", ["cache", "verify", "--target", "avx2"], "--target")
+    add("cli cache", ["cache", "export", "{dir}/t.mrlo", "--target", "avx9"], "--target",
+        must=("no such table",))  # fmt: skip
     add("cli spec", ["synth", "matmul 4x4x4", "--remote-cache", "nope"], "--remote-cache",
         must=("expected a URL",))  # fmt: skip
     add("cli spec", ["synth", "matmul 4x4x4", "--remote-cache", ""], "--remote-cache",
