@@ -774,6 +774,18 @@ class CacheStore:
                     disk.fill_from(other)
         return disk
 
+    def refresh_from_fallback(self) -> None:
+        """Merge the fallback's versions into the pages already in memory (a fallback
+        attached after they loaded)."""
+        if self.fallback is None:
+            return
+        for (key, pp), page in self.table.pages():
+            for where, blob in self.fallback.pages(key, pp):
+                other = self._check_blob(blob, where, key, pp, page.d)
+                if other is not None:
+                    page.fill_from(other)
+        self.table.invalidate_cache()
+
     def _check_blob(
         self, blob: bytes, where: str, key: str, pp: tuple[int, ...], d: int
     ) -> Page | None:

@@ -129,24 +129,33 @@ class PersistentMemo(DictMemo):
         self._pending: list[tuple[LogicalSpec, Limits, Result]] = []
         #: The remote tier behind the local cache (None: local only); see `memo.remote`.
         self.remote: RemoteTier | None = None
+        #: The remote is asked only when the local cache misses (then once per process).
+        self._remote_unasked = False
         if remote is not None and self.store.enabled:
             self.remote = tier_for(remote)
-            self._pull()
+            self._remote_unasked = True
         if self.store.enabled:
             Mirror(self.store).attach()  # pages are read from the bundles as they load
 
-    def _pull(self) -> None:
+    def _pull(self) -> bool:
         """Download the remote's new bundles into the local cache's mirror, once per
-        process and table (later syntheses in the process find them there)."""
+        process and table (later syntheses in the process find them there), and serve
+        them to this memo's table; whether anything new came."""
+        self._remote_unasked = False
         assert self.remote is not None
         once = (self.remote.config, self.store.schema, self.store.target, str(self.store.root))
         if once in _PULLED:
-            return
+            return False
         _PULLED.add(once)
         try:
-            fetch_new(self.remote, self.store)
+            fetched = fetch_new(self.remote, self.store).fetched
         except RemoteError as e:
             _remote_down(self.remote, e)
+            return False
+        if fetched:
+            Mirror(self.store).attach()
+            self.store.refresh_from_fallback()
+        return bool(fetched)
 
     def _locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
         """`locate`, cached per interned Spec (kept alive so its id stays unique)."""
@@ -161,7 +170,13 @@ class PersistentMemo(DictMemo):
         entry = self._boxes.get(id(spec))
         if entry is None or entry[0] is not spec:
             entry = self._seed(spec)
-        return find_box(entry[1], limits)
+        hit = find_box(entry[1], limits)
+        if hit is None and self._remote_unasked and self._pull():
+            # Local first: the remote's bundles came on this first miss; look again.
+            self.cache_hits -= len(entry[1])  # counted again by the second seeding
+            del self._boxes[id(spec)]
+            hit = find_box(self._seed(spec)[1], limits)
+        return hit
 
     def _seed(self, spec: LogicalSpec) -> tuple[LogicalSpec, list[Box]]:
         """Copy everything the table knows about `spec`, at every memory limit, into the

@@ -385,6 +385,8 @@ def test_a_remote_that_hangs_or_is_down_never_fails_a_build(tmp_path, cold_c):
         start = time.monotonic()
         p = morello(*synth_args(SPECS[0], "c"), env=env)
         took = time.monotonic() - start
+        # Local first: once the local cache answers, the remote is never asked.
+        warm = morello(*synth_args(SPECS[0], "c"), env=env)
     finally:
         server.close()
     assert p.returncode == 0, p.stderr
@@ -394,6 +396,8 @@ def test_a_remote_that_hangs_or_is_down_never_fails_a_build(tmp_path, cold_c):
     assert "continuing with the local cache only" in warnings[0]
     assert "secret-value" not in p.stderr
     assert took < 120  # bounded: never the backend's own minutes of retries
+    assert warm.returncode == 0 and warm.stdout == cold_c[SPECS[0]]
+    assert "warning" not in warm.stderr and "cache hit" in warm.stderr  # remote not asked
     # Down (nothing listens; a URL with credentials in it): one warning, none printed.
     port = free_port()
     env = env_for(
