@@ -696,7 +696,8 @@ def test_remote_cache_variable_reaches_the_build_step(tmp_path: Path) -> None:
     outputs = []
     for i in range(2):
         env = _env(tmp_path / f"cache{i}")
-        env.pop("MORELLO_REMOTE_CACHE", None)
+        for var in ("MORELLO_REMOTE_CACHE", "MORELLO_REMOTE_CACHE_MODE"):
+            env.pop(var, None)
         build = tmp_path / f"build{i}"
         _run(
             ["cmake", "-S", str(src), "-B", str(build), *_gen_args(),

@@ -59,8 +59,11 @@ def test_timeout_setting():
 
 
 def test_set_remote_env(monkeypatch):
-    monkeypatch.delenv("MORELLO_REMOTE_CACHE", raising=False)
-    monkeypatch.delenv("MORELLO_REMOTE_CACHE_MODE", raising=False)
+    # setenv first: monkeypatch restores only what it recorded (a delenv of an unset
+    # variable is not recorded, and set_remote_env's values would leak into later tests).
+    for var in ("MORELLO_REMOTE_CACHE", "MORELLO_REMOTE_CACHE_MODE"):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     assert remote.set_remote_env("nope", None) is not None
     assert "MORELLO_REMOTE_CACHE" not in os.environ
     assert remote.set_remote_env("file:///tmp/x", "read-only") is None
