@@ -94,10 +94,13 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def config_problem(url: str, mode: str) -> str | None:
-    """What is wrong with a remote URL / mode pair as a user gave them (None: fine)."""
+def config_problem(url: str | None, mode: str) -> str | None:
+    """What is wrong with a remote URL (None or `off`: not checked) and mode as a user gave
+    them (None: fine)."""
     if mode not in MODES:
         return f"mode must be one of {', '.join(MODES)}, got {mode!r}"
+    if url is None or url == "off":
+        return None
     scheme = urlsplit(url).scheme
     if not scheme or "://" not in url:
         return f"expected a URL such as s3://bucket/prefix or file:///dir, got {redact(url)!r}"
@@ -108,15 +111,12 @@ def set_remote_env(url: str | None, mode: str | None) -> str | None:
     """Apply a remote setting given on a command line or in a config to this process's
     environment, which the build's worker processes inherit; what is wrong with it (None:
     applied). `url` may be `off`."""
+    problem = config_problem(url, mode or MODES[0])
+    if problem is not None:
+        return problem
     if url is not None:
-        if url != "off":
-            problem = config_problem(url, mode or "read-write")
-            if problem is not None:
-                return problem
         os.environ["MORELLO_REMOTE_CACHE"] = url
     if mode is not None:
-        if mode not in MODES:
-            return f"mode must be one of {', '.join(MODES)}, got {mode!r}"
         os.environ["MORELLO_REMOTE_CACHE_MODE"] = mode
     return None
 

@@ -792,15 +792,25 @@ class CacheStore:
         """A page from the fallback source, fully validated (None, with one warning, if bad)."""
         try:
             pf = decode_page(blob)
+            problem = self._elsewhere(pf, key, pp, d)
+            if problem is not None:
+                raise PageFormatError(problem)
         except PageFormatError as e:
             self._warn(Path(where), str(e))
             return None
+        return pf.page
+
+    def _elsewhere(self, pf: PageFile, key: str, pp: tuple[int, ...], d: int) -> str | None:
+        """Why a decoded page is not page `pp` of table `key` of this store (None: it is)."""
         expect = (self.schema, self.target, key, self.memory_dims, self.block, pp, d)
         got = (pf.schema, pf.target, pf.key, pf.memory_dims, pf.block, pf.page_point, pf.page.d)
-        if got != expect:
-            self._warn(Path(where), f"a page belongs elsewhere ({got[:3]})")
+        if got == expect:
             return None
-        return pf.page
+        names = ("schema", "target", "key", "memory_dims", "block", "page", "dims")
+        diff = [
+            f"{n}={g!r} (want {e!r})" for n, g, e in zip(names, got, expect, strict=True) if g != e
+        ]
+        return "belongs elsewhere: " + ", ".join(diff)
 
     def _read_page(self, path: Path, key: str, pp: tuple[int, ...], d: int) -> Page | None:
         """The validated page at ``path``, or None (missing or bad; bad ones warn once)."""
@@ -810,16 +820,9 @@ class CacheStore:
                 self._warned.discard(str(path))
                 return None
             pf = decode_page(data)
-            expect = (self.schema, self.target, key, self.memory_dims, self.block, pp, d)
-            got = (pf.schema, pf.target, pf.key, pf.memory_dims, pf.block, pf.page_point, pf.page.d)
-            if got != expect:
-                names = ("schema", "target", "key", "memory_dims", "block", "page", "dims")
-                diff = [
-                    f"{n}={g!r} (want {e!r})"
-                    for n, g, e in zip(names, got, expect, strict=True)
-                    if g != e
-                ]
-                raise PageFormatError("belongs elsewhere: " + ", ".join(diff))
+            problem = self._elsewhere(pf, key, pp, d)
+            if problem is not None:
+                raise PageFormatError(problem)
             return pf.page
         except PageFormatError as e:
             self._warn(path, str(e))
