@@ -23,7 +23,7 @@ from morello_build.actions.select import Select
 from morello_build.actions.tile import Split, TileOut, loop_const
 from morello_build.errors import MorelloError
 from morello_build.impl.cost import Cost
-from morello_build.impl.nodes import Alloc, Block, Hole, Impl, Loop
+from morello_build.impl.nodes import Alloc, Block, Hole, Impl, Loop, Staged
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype, parse_dtype
@@ -175,7 +175,7 @@ def _make_move(
 def _default_child(node: Impl) -> int:
     if isinstance(node, Alloc):
         return 1 if node.has_prologue else 0
-    if isinstance(node, Block):
+    if isinstance(node, (Block, Staged)):
         return len(node.children) - 1
     return 0
 
@@ -223,9 +223,17 @@ def _alloc_units(node: Alloc) -> Limits:
     return tuple(own)
 
 
+def _staged_units(node: Staged) -> Limits:
+    own = [0] * LEVEL_COUNT
+    for t in node.scratch:
+        own[t.level] += t.memory_units()
+    return tuple(own)
+
+
 def _child_limits(node: Impl, limits: Limits) -> Limits:
-    if isinstance(node, Alloc):
-        got = subtract(limits, _alloc_units(node))
+    if isinstance(node, (Alloc, Staged)):
+        units = _alloc_units(node) if isinstance(node, Alloc) else _staged_units(node)
+        got = subtract(limits, units)
         if got is None:
             raise ScheduleError(f"{node.action}: out of memory under {limits}")
         return got
@@ -266,6 +274,9 @@ def with_costs(node: Impl, target: Target) -> Impl:
         cost = Cost(main, add_peak(_alloc_units(node), peak), depth + 1)
     elif isinstance(node, Block):
         cost = Cost(sum(mains), peak, depth + 1)
+    elif isinstance(node, Staged):
+        own = _staged_units(node)
+        cost = Cost(sum(mains), peak if own == ZERO else add_peak(own, peak), depth + 1)
     else:
         k = KERNELS_BY_NAME[node.name]
         cost = Cost(k.cost(node.spec, target), k.memory(node.spec, target), 1)

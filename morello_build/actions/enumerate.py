@@ -52,12 +52,30 @@ from typing import TypeVar, cast
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action, Plan
 from morello_build.actions.move import Move
+from morello_build.actions.rows import (
+    ONLINE,
+    UNSCALED,
+    RowsToAccum,
+    SoftmaxParts,
+    SplitScan,
+    ToMaxAndDenominator,
+)
 from morello_build.actions.select import Select
 from morello_build.actions.tile import Split, TileOut
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
-from morello_build.ir.spec import IN, MATMUL, LogicalSpec, intern
+from morello_build.ir.spec import (
+    IN,
+    MATMUL,
+    NEG_INF,
+    REDUCTIONS,
+    ROW_KINDS,
+    SOFTMAX,
+    SOFTMAX_DENOM_MAX,
+    LogicalSpec,
+    intern,
+)
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
 from morello_build.kernels.dpbf16_tiles import DPBF16_COLS, DPBF16_MIN_K
@@ -167,6 +185,8 @@ def _whole_tiles(shape: tuple[int, ...]) -> bool:
 
 
 def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
+    if spec.kind in ROW_KINDS or spec.kind == NEG_INF:
+        return _row_actions(spec, target)
     acts: list[Action] = []
     tiles = amx_tileable(spec, target)
     dp_tiles = dpbf16_tileable(spec, target)
@@ -384,4 +404,46 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                     layouts.extend(_relayouts(spec, i, t, level, target))
                 for layout in layouts:
                     acts.append(Move(i, level, layout, None, dtype))
+    return acts
+
+
+#: Smallest chunk an online softmax denominator is split into: below it the per-chunk
+#: rescaling (one scalar exp, a horizontal max and sum) outweighs the vector work.
+MIN_SCAN_CHUNK = 64
+
+
+def _row_actions(spec: LogicalSpec, target: Target) -> list[Action]:
+    """Row operations (softmax, its parts, activations): L1 views of memory operands,
+    register copies of single values, row tiles (any tile for elementwise parts),
+    the softmax forms and reduction rewrites (actions/rows.py), then the kernels."""
+    acts: list[Action] = []
+    for i, t in enumerate(spec.operands):
+        if t.level is Level.GL:
+            acts.append(Move(i, Level.L1, t.layout, None, t.dtype))
+        elif t.level is Level.L1 and t.volume == 1 and spec.kind != NEG_INF:
+            acts.append(Move(i, Level.RF, lay.EMPTY, None, t.dtype))
+    rows_only = spec.kind == SOFTMAX or spec.kind in REDUCTIONS
+    out_dims = (0,) if rows_only else spec.dim_maps()[spec.output_index]
+    for d in out_dims:
+        for size in _pow2_below(spec.shape[d]):
+            shape = list(spec.shape)
+            shape[d] = size
+            acts.append(TileOut(tuple(shape)))
+    if not spec.serial and target.processors > 1 and len(spec.shape) == 2:
+        for d in out_dims:  # threads over rows, or (elementwise parts) along them
+            for size in _pow2_below(spec.shape[d]):
+                shape = list(spec.shape)
+                shape[d] = size
+                acts.append(TileOut(tuple(shape), parallel=True))
+    if spec.kind == SOFTMAX:
+        for level in (Level.RF, Level.L1, Level.GL):
+            for form in (UNSCALED, ONLINE):
+                acts.append(SoftmaxParts(level, form))
+    if spec.kind in REDUCTIONS and not spec.accum:
+        acts.append(RowsToAccum())
+        if spec.kind == SOFTMAX_DENOM_MAX:
+            acts.append(ToMaxAndDenominator())
+    if spec.kind == SOFTMAX_DENOM_MAX and spec.accum:
+        acts.extend(SplitScan(k) for k in _pow2_below(spec.shape[1]) if k >= MIN_SCAN_CHUNK)
+    acts.extend(_selects(spec.kind))
     return acts

@@ -75,7 +75,7 @@ def boundary_regions(
 PAR_SHARED_ROWS_COST = 150
 
 
-def _loop_plan(
+def loop_plan(
     spec: LogicalSpec, tile: tuple[int, ...], parallel: bool, target: Target
 ) -> Plan | None:
     if tile == spec.shape or any(t > s or t < 1 for t, s in zip(tile, spec.shape)):
@@ -114,7 +114,7 @@ def loop_const(
     return const
 
 
-def _offsets(spec: LogicalSpec, tile: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def boundary_offsets(spec: LogicalSpec, tile: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(off for _, off in boundary_regions(spec.shape, tile))
 
 
@@ -128,10 +128,10 @@ class TileOut:
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         if spec.kind == MATMUL and self.shape[2] != spec.shape[2]:
             return None
-        return _loop_plan(spec, self.shape, self.parallel, target)
+        return loop_plan(spec, self.shape, self.parallel, target)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
-        offsets = _offsets(spec, self.shape)
+        offsets = boundary_offsets(spec, self.shape)
         return Loop(spec, children, self.shape, self.parallel, offsets, self.describe())
 
     def describe(self) -> str:
@@ -152,11 +152,11 @@ class Split:
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         if spec.kind != MATMUL or not spec.accum or self.k >= spec.shape[2]:
             return None
-        return _loop_plan(spec, self._shape(spec), False, target)
+        return loop_plan(spec, self._shape(spec), False, target)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
         shape = self._shape(spec)
-        return Loop(spec, children, shape, False, _offsets(spec, shape), self.describe())
+        return Loop(spec, children, shape, False, boundary_offsets(spec, shape), self.describe())
 
     def describe(self) -> str:
         return f"split({self.k})"

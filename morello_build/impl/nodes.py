@@ -65,6 +65,23 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """Runs its children in order over the Spec's operands and the `scratch` buffers it
+    allocates for them (softmax: each row's max and denominator, then the normalized rows).
+
+    `wiring[i][j]` names child i's operand j: an index below the Spec's operand count is
+    that operand, index ``len(operands) + k`` is ``scratch[k]``.
+    """
+
+    spec: LogicalSpec
+    children: tuple[Impl, ...]
+    scratch: tuple[TensorSpec, ...]
+    wiring: tuple[tuple[int, ...], ...]
+    action: str = ""
+    cost: Cost | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A microkernel leaf."""
 
@@ -85,7 +102,7 @@ class Hole:
     cost: Cost | None = field(default=None, compare=False)
 
 
-Impl = Loop | Alloc | Block | Kernel | Hole
+Impl = Loop | Alloc | Block | Staged | Kernel | Hole
 
 
 def kind_name(node: Impl) -> str:

@@ -8,7 +8,16 @@ Kinds:
 - ``matmul``: spec shape ``[b, m, k, n]``; operands lhs ``[b,m,k]``, rhs ``[b,k,n]``,
   out ``[b,m,n]``. ``accum`` means ``out += lhs @ rhs`` (else ``out = lhs @ rhs``).
 - ``move``: copy / relayout / widening cast; spec shape = operand shape; operands src, dst.
-- ``zero``: fill the single operand with zeros.
+- ``zero``: fill the single operand with zeros (``neginf``: with -inf, a max's start).
+- row operations, spec shape ``[rows, n]``, reducing or normalizing along the last dim
+  (``ROW_KINDS``, table below); a reduced operand has shape ``[rows]``:
+  ``softmax`` (x, out); its parts ``max`` (x, m), ``softmax_denom_max`` (x, m, d: the
+  online running max and denominator), ``softmax_denom`` (x, m, d: d += sum exp(x - m)),
+  ``softmax_unscaled`` (x, m, d, out: out = exp(x - m), d += sum of it),
+  ``softmax_complete`` (x, m, d, out = exp(x - m) / d), ``divide_rows`` (d, out /= d);
+  and the elementwise activations ``relu``, ``gelu_tanh``, ``gelu_erf``, ``silu``,
+  ``exp`` (x, out). ``accum`` on a reduction means its reduced outputs are merged into
+  (running max, added denominator) rather than overwritten.
 """
 
 from __future__ import annotations
@@ -23,9 +32,91 @@ from morello_build.ir.tensorspec import TensorSpec
 MATMUL = "matmul"
 MOVE = "move"
 ZERO = "zero"
-KINDS = (MATMUL, MOVE, ZERO)
+NEG_INF = "neginf"
+SOFTMAX = "softmax"
+SOFTMAX_COMPLETE = "softmax_complete"
+SOFTMAX_DENOM_MAX = "softmax_denom_max"
+SOFTMAX_DENOM = "softmax_denom"
+SOFTMAX_UNSCALED = "softmax_unscaled"
+MAX = "max"
+DIVIDE_ROWS = "divide_rows"
+RELU = "relu"
+GELU_TANH = "gelu_tanh"
+GELU_ERF = "gelu_erf"
+SILU = "silu"
+EXP = "exp"
 
 IN, OUT, INOUT = "in", "out", "inout"
+#: Roles of an accumulating reduction's reduced outputs (OUT when not accumulating).
+ACC = "acc"
+
+_ROW = (0, 1)  # a [rows, n] operand
+_RED = (0,)  # a [rows] operand: one value per row
+
+
+class RowKind(NamedTuple):
+    """A row operation: display names, and per operand its name, spec dims and role."""
+
+    name: str
+    accum_name: str | None  # None: the kind has no accumulating form
+    dims: tuple[tuple[int, ...], ...]
+    roles: tuple[str, ...]  # ACC: INOUT when accumulating, else OUT
+    params: tuple[str, ...]  # operand names (C parameters, messages)
+
+
+UNARY_KINDS = (RELU, GELU_TANH, GELU_ERF, SILU, EXP)
+_UNARY_NAMES = {RELU: "Relu", GELU_TANH: "GeluTanh", GELU_ERF: "GeluErf", SILU: "Silu", EXP: "Exp"}
+
+_XMDO = ("x", "max", "denom", "out")
+ROW_KINDS: dict[str, RowKind] = {
+    SOFTMAX: RowKind("Softmax", None, (_ROW, _ROW), (IN, OUT), ("x", "out")),
+    MAX: RowKind("Max", "MaxAccum", (_ROW, _RED), (IN, ACC), ("x", "max")),
+    SOFTMAX_DENOM_MAX: RowKind(
+        "SoftmaxDenominatorAndMax",
+        "SoftmaxDenominatorAndMaxAccum",
+        (_ROW, _RED, _RED),
+        (IN, ACC, ACC),
+        _XMDO[:3],
+    ),
+    SOFTMAX_DENOM: RowKind(
+        "SoftmaxDenominator",
+        "SoftmaxDenominatorAccum",
+        (_ROW, _RED, _RED),
+        (IN, IN, ACC),
+        _XMDO[:3],
+    ),
+    SOFTMAX_UNSCALED: RowKind(
+        "SoftmaxUnscaled",
+        "SoftmaxUnscaledAccum",
+        (_ROW, _RED, _RED, _ROW),
+        (IN, IN, ACC, OUT),
+        _XMDO,
+    ),
+    SOFTMAX_COMPLETE: RowKind(
+        "SoftmaxComplete", None, (_ROW, _RED, _RED, _ROW), (IN, IN, IN, OUT), _XMDO
+    ),
+    DIVIDE_ROWS: RowKind("DivideRows", None, (_RED, _ROW), (IN, INOUT), ("denom", "out")),
+    **{k: RowKind(n, None, (_ROW, _ROW), (IN, OUT), ("x", "out")) for k, n in _UNARY_NAMES.items()},
+}
+
+
+def param_names(kind: str) -> tuple[str, ...]:
+    """Operand names of a `kind` Spec: the C parameters of a kernel, and messages."""
+    if kind == MATMUL:
+        return ("lhs", "rhs", "out")
+    if kind == MOVE:
+        return ("src", "dst")
+    row = ROW_KINDS.get(kind)
+    return row.params if row is not None else ("out",)
+
+
+#: Row operations a user declares (the others are parts of a softmax plan).
+USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS)
+
+#: Reductions along the row (the scan dim, spec dim 1): tiled only along rows, split
+#: along the scan dim only when accumulating.
+REDUCTIONS = (MAX, SOFTMAX_DENOM_MAX, SOFTMAX_DENOM, SOFTMAX_UNSCALED)
+KINDS = (MATMUL, MOVE, ZERO, NEG_INF, *ROW_KINDS)
 
 
 class LogicalSpec(NamedTuple):
@@ -48,6 +139,10 @@ class LogicalSpec(NamedTuple):
             return (IN, IN, INOUT if self.accum else OUT)
         if self.kind == MOVE:
             return (IN, OUT)
+        row = ROW_KINDS.get(self.kind)
+        if row is not None:
+            acc = INOUT if self.accum else OUT
+            return tuple(acc if r == ACC else r for r in row.roles)
         return (OUT,)
 
     def dim_maps(self) -> tuple[tuple[int, ...], ...]:
@@ -58,11 +153,24 @@ class LogicalSpec(NamedTuple):
         return operand_shapes(self.kind, spec_shape)
 
     def flops(self) -> int:
-        return 2 * self.volume if self.kind == MATMUL else 0
+        """Floating-point operations, as benchmarks report them (softmax: 5 per element,
+        the original's count; an activation: 1; data movement: 0)."""
+        if self.kind == MATMUL:
+            return 2 * self.volume
+        if self.kind == SOFTMAX:
+            return 5 * self.volume
+        if self.kind in UNARY_KINDS:
+            return self.volume
+        return 0
 
     def name(self) -> str:
         if self.kind == MATMUL:
             return "MatmulAccum" if self.accum else "Matmul"
+        row = ROW_KINDS.get(self.kind)
+        if row is not None:
+            return row.accum_name if self.accum and row.accum_name else row.name
+        if self.kind == NEG_INF:
+            return "FillNegInf"
         return "Move" if self.kind == MOVE else "Zero"
 
     def text(self) -> str:
@@ -117,6 +225,8 @@ def dim_maps(kind: str, rank: int) -> tuple[tuple[int, ...], ...]:
         ident = tuple(range(rank))
         if kind == MATMUL:
             found = ((0, 1, 2), (0, 2, 3), (0, 1, 3))
+        elif kind in ROW_KINDS:
+            found = ROW_KINDS[kind].dims
         elif kind == MOVE:
             found = (ident, ident)
         else:

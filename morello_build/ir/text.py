@@ -28,8 +28,10 @@ _NAMES = {
     "matmulaccum": (sp.MATMUL, True),
     "move": (sp.MOVE, False),
     "zero": (sp.ZERO, False),
+    "fillneginf": (sp.NEG_INF, False),
+    **{k.name.lower(): (kind, False) for kind, k in sp.ROW_KINDS.items()},
+    **{k.accum_name.lower(): (kind, True) for kind, k in sp.ROW_KINDS.items() if k.accum_name},
 }
-_OPERAND_COUNT = {sp.MATMUL: 3, sp.MOVE: 2, sp.ZERO: 1}
 
 #: dtype combinations the synthesizer has kernels for.
 MATMUL_DTYPES: tuple[tuple[Dtype, Dtype, Dtype], ...] = (
@@ -135,7 +137,10 @@ def parse_spec(text: str) -> sp.LogicalSpec:
         )
     name, body = m.group(1), m.group(2)
     if name.lower() not in _NAMES:
-        raise SpecError(f"unknown spec kind {name!r}; expected Matmul, MatmulAccum, Move or Zero")
+        raise SpecError(
+            f"unknown spec kind {name!r}; expected Matmul, MatmulAccum, Move, Zero, "
+            "Softmax, Max, Relu, GeluTanh, GeluErf, Silu, Exp (or a softmax part)"
+        )
     kind, accum = _NAMES[name.lower()]
     parts = _split_top(body)
     serial = False
@@ -150,17 +155,13 @@ def parse_spec(text: str) -> sp.LogicalSpec:
             shape = (1, *shape)
         if len(shape) != 4:
             raise SpecError(f"{name}: shape must be MxKxN or BxMxKxN, got {parts[0]!r}")
-    want = _OPERAND_COUNT[kind]
+    if kind in sp.ROW_KINDS and len(shape) != 2:
+        raise SpecError(f"{name}: shape must be ROWSxN, got {parts[0]!r}")
+    roles = sp.param_names(kind)
+    want = len(roles)
     if len(parts) - 1 != want:
         raise SpecError(f"{name} takes {want} operand(s), got {len(parts) - 1}")
     shapes = [tuple(shape[d] for d in dm) for dm in sp.dim_maps(kind, len(shape))]
-    roles = (
-        ("lhs", "rhs", "out")
-        if kind == sp.MATMUL
-        else ("src", "dst")
-        if kind == sp.MOVE
-        else ("out",)
-    )
     operands = tuple(
         parse_tensor(p, s, f"{name} operand {r}") for p, s, r in zip(parts[1:], shapes, roles)
     )
@@ -181,6 +182,14 @@ def _check_dtypes(kind: str, name: str, operands: tuple[TensorSpec, ...]) -> Non
         )
     if kind == sp.MOVE and dts[0] != dts[1] and dts != (Dtype.BF16, Dtype.F32):
         raise SpecError(f"{name}: cannot move {dts[0]} to {dts[1]} (only bf16 -> f32 widens)")
+    if kind in sp.ROW_KINDS or kind == sp.NEG_INF:
+        # x may be bf16 (widened as it is read); everything else is f32.
+        names = sp.param_names(kind)
+        for n, d in zip(names, dts):
+            ok = (Dtype.F32, Dtype.BF16) if n == "x" else (Dtype.F32,)
+            if d not in ok:
+                allowed = " or ".join(x.value for x in ok)
+                raise SpecError(f"{name}: operand {n} must be {allowed}, got {d.value}")
 
 
 def spec_text(spec: sp.LogicalSpec) -> str:

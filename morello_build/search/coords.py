@@ -138,9 +138,9 @@ def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
         return None
     if kind not in KINDS or len(point) != 1 + rank + 4 * len(dtypes) + 1:
         return None
+    if not linear and max(point[1 : 1 + rank], default=0) > 62:
+        return None  # 2^63 and beyond: no such dim (a linear coordinate is d - 1 itself)
     shape = tuple(c + 1 if linear else 1 << c for c in point[1 : 1 + rank])
-    if max(point[1 : 1 + rank], default=0) > 62:
-        return None
     shapes = operand_shapes(kind, shape)
     if len(shapes) != len(dtypes):
         return None
