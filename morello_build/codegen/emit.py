@@ -47,10 +47,24 @@ from morello_build.codegen.views import (
     CodegenError,
     View,
 )
-from morello_build.impl.nodes import Alloc, Block, Hole, Impl, Kernel, Loop
+from morello_build.impl.nodes import Alloc, Block, Hole, Impl, Kernel, Loop, Staged
 from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
-from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
+from morello_build.ir.spec import (
+    DIVIDE_ROWS,
+    EXP,
+    GELU_ERF,
+    GELU_TANH,
+    MATMUL,
+    MOVE,
+    NEG_INF,
+    RELU,
+    SILU,
+    SOFTMAX,
+    ZERO,
+    LogicalSpec,
+    param_names,
+)
 from morello_build.ir.tensorspec import TensorSpec
 from morello_build.kernels.registry import emit_kernel
 from morello_build.machine.target import TUNINGS, tune_note
@@ -59,12 +73,6 @@ __all__ = ["CodegenError", "STACK_BYTES", "generate_c", "kernel_abi"]
 
 #: Scratch buffers up to this size live on the stack; larger ones on the heap.
 STACK_BYTES = 16384
-
-_PARAM_NAMES: dict[str, tuple[str, ...]] = {
-    MATMUL: ("lhs", "rhs", "out"),
-    MOVE: ("src", "dst"),
-    ZERO: ("out",),
-}
 
 
 # --------------------------------------------------------------------------- ABI
@@ -86,7 +94,7 @@ def _order(t: TensorSpec, name: str) -> tuple[int, ...]:
 
 def kernel_abi(spec: LogicalSpec, name: str, isa: str) -> KernelABI:
     """The C interface of a kernel implementing `spec` (operands named by role)."""
-    names = _PARAM_NAMES[spec.kind]
+    names = param_names(spec.kind)
     ops = tuple(
         OperandABI(n, t.shape, t.dtype.value, _order(t, n), role)
         for n, t, role in zip(names, spec.operands, spec.roles())
@@ -139,6 +147,8 @@ class _Emitter:
         elif isinstance(node, Block):
             for child in node.children:
                 self.node(child, self._block_views(node.spec, child.spec, views))
+        elif isinstance(node, Staged):
+            self.staged(node, views)
         elif isinstance(node, Kernel):
             emit_kernel(ctx, node.name, node.spec, views)
         elif isinstance(node, Hole):
@@ -293,8 +303,45 @@ class _Emitter:
         t = node.tensor
         if t.shape != old.shape:
             raise CodegenError(f"Alloc tensor {t.shape} does not match operand {old.shape}")
-        n = ctx.fresh()
         ctx.open("{")
+        buf = self.new_buffer(t)
+        new = View(buf, tuple(Affine(0) for _ in t.shape), t.shape)
+        idx = 0
+        if node.has_prologue:
+            self.node(node.children[0], (old, new))
+            idx = 1
+        body_views = tuple(new if i == node.operand else v for i, v in enumerate(views))
+        self.node(node.children[idx], body_views)
+        if node.has_epilogue:
+            self.node(node.children[idx + 1], (new, old))
+        if buf.kind == MEM:
+            ctx.scope.pop()
+        ctx.close()
+
+    def staged(self, node: Staged, views: tuple[View, ...]) -> None:
+        """Children in order, each over the operands and scratch buffers `wiring` names."""
+        ctx = self.ctx
+        if node.scratch:
+            ctx.open("{")
+        bufs = [self.new_buffer(t) for t in node.scratch]
+        extra = tuple(
+            View(b, tuple(Affine(0) for _ in t.shape), t.shape) for b, t in zip(bufs, node.scratch)
+        )
+        pool = views + extra
+        for child, wiring in zip(node.children, node.wiring):
+            self.node(child, tuple(pool[i] for i in wiring))
+        for b in bufs:
+            if b.kind == MEM:
+                ctx.scope.pop()
+        if node.scratch:
+            ctx.close()
+
+    def new_buffer(self, t: TensorSpec) -> Buffer:
+        """Declare a buffer for `t` in the current block: scalar locals (RF), vector locals
+        (VRF), or an aligned array on the stack, or heap workspace when large (in `scope`
+        until the caller pops it)."""
+        ctx = self.ctx
+        n = ctx.fresh()
         if t.level is Level.RF:
             buf = Buffer(f"r{n}", t.dtype, t.shape, lay.EMPTY, RF)
             names = ", ".join(f"{buf.scalar_name(i)} = 0" for i in range(buf.physical_volume()))
@@ -318,24 +365,28 @@ class _Emitter:
             else:
                 ctx.add_workspace(ctype, buf.name, -(-nbytes // 64) * 64)
             ctx.scope.append((f"{ctype} *restrict {buf.name}", buf.name))
-        new = View(buf, tuple(Affine(0) for _ in t.shape), t.shape)
-        idx = 0
-        if node.has_prologue:
-            self.node(node.children[0], (old, new))
-            idx = 1
-        body_views = tuple(new if i == node.operand else v for i, v in enumerate(views))
-        self.node(node.children[idx], body_views)
-        if node.has_epilogue:
-            self.node(node.children[idx + 1], (new, old))
-        if buf.kind == MEM:
-            ctx.scope.pop()
-        ctx.close()
+        return buf
 
 
 # --------------------------------------------------------------------------- files
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+_BATCHED = {MATMUL: " (batched over the first dim)"}
+_WHAT = {
+    MOVE: "dst = src (copy, relayout or widening cast)",
+    ZERO: "out = 0",
+    NEG_INF: "out = -inf",
+    SOFTMAX: "out = softmax(x) along each row (exp(x - max) / sum of them)",
+    RELU: "out = max(x, 0)",
+    GELU_TANH: "out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
+    GELU_ERF: "out = 0.5 x (1 + erf(x / sqrt(2)))",
+    SILU: "out = x / (1 + exp(-x))",
+    EXP: "out = exp(x)",
+    DIVIDE_ROWS: "out /= denom, row by row",
+}
 
 
 def _header(abi: KernelABI, spec: LogicalSpec) -> str:
@@ -346,12 +397,9 @@ def _header(abi: KernelABI, spec: LogicalSpec) -> str:
         shapes.append(
             f" *   {o.name}: {o.c_type}[{dims}] {o.role}, physical dim order {list(o.order)}"
         )
+    what = _WHAT.get(spec.kind, spec.name())
     if spec.kind == MATMUL:
         what = "out += lhs @ rhs" if spec.accum else "out = lhs @ rhs"
-    elif spec.kind == MOVE:
-        what = "dst = src (copy, relayout or widening cast)"
-    else:
-        what = "out = 0"
     lines = [
         "#pragma once",
         f"#ifndef {guard}",
@@ -373,7 +421,7 @@ def _header(abi: KernelABI, spec: LogicalSpec) -> str:
         "",
         "/*",
         f" * {abi.name}: {spec.text()}",
-        f" * Computes {what} (batched over the first dim); requires {abi.isa}.",
+        f" * Computes {what}{_BATCHED.get(spec.kind, '')}; requires {abi.isa}.",
         *shapes,
         " * Buffers are dense, must not overlap, and need no particular alignment.",
     ]

@@ -27,6 +27,7 @@ from morello_build.kernels.moves import (
     VECTOR_CAST_BF16_F32,
     VECTOR_ZERO,
 )
+from morello_build.kernels.rows import ROW_KERNELS
 from morello_build.kernels.scalar import ASSIGN, CAST_BF16_F32, MULT_ADD, VALUE_ZERO
 
 KERNELS: tuple[Kernel, ...] = (
@@ -51,6 +52,8 @@ KERNELS: tuple[Kernel, ...] = (
     MEMSET_ZERO,
     VALUE_ZERO,
     VECTOR_ZERO,
+    # Row operations (softmax parts, activations) and FillNegInf
+    *ROW_KERNELS,
 )
 
 KERNELS_BY_NAME: dict[str, Kernel] = {k.name: k for k in KERNELS}

@@ -1,0 +1,628 @@
+"""Row kernels: softmax parts, reductions and activations over one contiguous row.
+
+Each kernel applies to a single row (`[1, n]`) in memory (L1, L2 or GL), contiguous, with
+its reduced operands (the row's max or denominator) as single values in RF or L1; the DP
+loops over rows, chunks rows (`SplitScan`) and places them in cache. The C of each is a
+`static inline` function per (operation, input dtype, vector width), written once per file
+and called with the row's pointer and length: four independent vector accumulators hide
+latency, a scalar loop finishes a row that does not fill a vector, using the scalar form of
+the same math (kernels/vecmath.py), so every element gets the value the vector code would
+give. bf16 inputs are widened as they are loaded.
+
+Costs are in the model's units (an FMA vector is 2, docs/cost-model.md) per vector of the
+target's f32 width, plus each operand's lines at its level (`io_cost`); an exp vector is
+`EXP_VECTOR_COST` (docs/softmax.md, "Cost constants").
+"""
+
+from __future__ import annotations
+
+from morello_build.codegen.context import HELPERS, Ctx
+from morello_build.codegen.views import MEM, CodegenError, View
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.levels import Level
+from morello_build.ir.limits import Limits
+from morello_build.ir.spec import (
+    DIVIDE_ROWS,
+    EXP,
+    GELU_ERF,
+    GELU_TANH,
+    MAX,
+    NEG_INF,
+    RELU,
+    SILU,
+    SOFTMAX_COMPLETE,
+    SOFTMAX_DENOM,
+    SOFTMAX_DENOM_MAX,
+    SOFTMAX_UNSCALED,
+    UNARY_KINDS,
+    LogicalSpec,
+    param_names,
+)
+from morello_build.ir.tensorspec import TensorSpec
+from morello_build.kernels import vecmath
+from morello_build.kernels.base import Kernel, io_cost, no_memory, regs, scalar_here
+from morello_build.kernels.emit_helpers import memory_run, widen
+from morello_build.machine.target import Target
+
+F32, BF16 = Dtype.F32, Dtype.BF16
+
+#: One vector exp (range reduction, polynomial, scaling: ~12 FMA-port ops; vecmath.py).
+EXP_VECTOR_COST = 24
+#: tanh and erf vectors (a rational or piecewise polynomial plus an exp or a division).
+TANH_VECTOR_COST = 32
+ERF_VECTOR_COST = 32
+#: A max, add or multiply vector (an FMA's price).
+SIMPLE_VECTOR_COST = 2
+#: Horizontal reduction of the accumulators and the scalar tail's set-up.
+ROW_REDUCE_COST = 8
+#: Widening a bf16 vector to f32 (a zero-extending load and a shift).
+WIDEN_VECTOR_COST = 1
+#: Accumulators a row loop keeps (independent chains hide the add/max latency).
+ROW_ACCUMULATORS = 4
+
+
+# ---- applicability ----------------------------------------------------------------------
+
+
+def _row_here(t: TensorSpec) -> bool:
+    return t.level.in_memory and t.is_contiguous
+
+
+def _one_row(s: LogicalSpec) -> bool:
+    """One contiguous row per row operand, single values for the reduced ones, f32 except
+    a bf16 input."""
+    if s.shape[0] != 1:
+        return False
+    for name, t, dims in zip(param_names(s.kind), s.operands, s.dim_maps()):
+        if len(dims) == 2:
+            if not _row_here(t) or t.dtype not in ((F32, BF16) if name == "x" else (F32,)):
+                return False
+        elif not scalar_here(t) or t.dtype != F32:
+            return False
+    return True
+
+
+def _row_applies(s: LogicalSpec, t: Target) -> bool:
+    return _one_row(s) and (s.accum or s.kind not in _ACCUMULATES)
+
+
+# ---- costs ------------------------------------------------------------------------------
+
+_MATH_COST = {"exp": EXP_VECTOR_COST, "tanh": TANH_VECTOR_COST, "erf": ERF_VECTOR_COST}
+
+#: Per kind: the math functions each element goes through and its other vector ops.
+_WORK: dict[str, tuple[tuple[str, ...], int]] = {
+    MAX: ((), 1),
+    SOFTMAX_DENOM: (("exp",), 2),
+    SOFTMAX_UNSCALED: (("exp",), 2),
+    SOFTMAX_COMPLETE: (("exp",), 2),
+    SOFTMAX_DENOM_MAX: (("exp",), 3),  # a max pass, then exp - max summed
+    DIVIDE_ROWS: ((), 1),
+    RELU: ((), 1),
+    EXP: (("exp",), 1),
+    SILU: (("exp",), 4),  # 1 + e, a division, a multiply
+    GELU_TANH: (("tanh",), 6),  # the cubic, the scale, 1 + t, two multiplies
+    GELU_ERF: (("erf",), 4),
+}
+
+#: Kinds whose kernels merge into their reduced outputs (their accumulating form only).
+_ACCUMULATES = (MAX, SOFTMAX_DENOM, SOFTMAX_UNSCALED, SOFTMAX_DENOM_MAX)
+
+
+def _compute_cost(s: LogicalSpec, n: int, t: Target) -> int:
+    """The vector work of `s`'s kernel over a row of `n` values (no memory traffic)."""
+    funcs, simple = _WORK[s.kind]
+    per_vector = sum(_MATH_COST[f] for f in funcs) + simple * SIMPLE_VECTOR_COST
+    if s.operands[0].dtype == BF16 and s.kind != DIVIDE_ROWS:
+        per_vector += WIDEN_VECTOR_COST
+    return per_vector * -(-n // t.lanes(F32)) + ROW_REDUCE_COST
+
+
+def _row_cost(s: LogicalSpec, t: Target) -> int:
+    cost = _compute_cost(s, s.shape[1], t) + io_cost(s, t)
+    if s.kind == SOFTMAX_DENOM_MAX:
+        cost += t.move_cost(s.operands[0])  # the chunk is read twice
+    return cost
+
+
+def _row_memory(s: LogicalSpec, t: Target) -> Limits:
+    if t.lanes(F32) == 1:
+        return regs()
+    funcs, _ = _WORK[s.kind]
+    return regs(vrf=ROW_ACCUMULATORS + (6 if funcs else 1))
+
+
+# ---- C helpers --------------------------------------------------------------------------
+
+
+def _vt(ctx: Ctx, lanes: int) -> str:
+    return ctx.vtype(F32, lanes)
+
+
+def _use_math(ctx: Ctx, name: str, lanes: int | None) -> str:
+    """Declare vecmath function `name` (and what it calls) for this file; its C name."""
+    for dep_name, dep_lanes in vecmath.helper_deps(name, lanes):
+        _use_math(ctx, dep_name, dep_lanes)
+    if lanes is not None:
+        for tag, n in vecmath.typedefs_needed(name, lanes):
+            ctx.vtype(_TAG_DTYPES[tag], n)
+    key = f"vm{_depth(name, lanes)}_{name}_{lanes or 1}"
+    HELPERS.setdefault(key, vecmath.helper_source(name, lanes))
+    ctx.use_helper(key)
+    return vecmath.vec_fn(name, lanes) if lanes is not None else vecmath.scalar_fn(name)
+
+
+_TAG_DTYPES = {"f32": F32, "s32": Dtype.S32, "u32": Dtype.U32, "u16": Dtype.U16}
+
+
+def _depth(name: str, lanes: int | None) -> int:
+    """Dependency depth, so that sorted helper names put a function after what it calls."""
+    deps = vecmath.helper_deps(name, lanes)
+    return 1 + max((_depth(n, w) for n, w in deps), default=-1)
+
+
+def _use(ctx: Ctx, key: str, source: str) -> None:
+    HELPERS.setdefault(key, source)
+    ctx.use_helper(key)
+
+
+def _loader(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
+    """Name of an unaligned load of `lanes` values as f32 (bf16 widened)."""
+    vt = _vt(ctx, lanes)
+    name = f"mb_ld_{dtype.value}_{lanes}"
+    if dtype == F32:
+        body = f"    {vt} v;\n    memcpy(&v, p, sizeof v);\n    return v;\n"
+        ctype = "float"
+    else:
+        half = ctx.vtype(Dtype.U16, lanes)
+        body = (
+            f"    {half} h;\n    memcpy(&h, p, sizeof h);\n    return {widen(ctx, 'h', lanes)};\n"
+        )
+        ctype = "uint16_t"
+    _use(
+        ctx,
+        f"vl_{dtype.value}_{lanes}",
+        f"static inline {vt} {name}(const {ctype} *p) {{\n{body}}}\n",
+    )
+    return name
+
+
+def _scalar_read(ctx: Ctx, dtype: Dtype) -> str:
+    """C of element i of `x` as a float."""
+    if dtype == BF16:
+        ctx.use_helper("bf16")
+        return "mb_bf16_to_f32(x[i])"
+    return "x[i]"
+
+
+def _vmax(ctx: Ctx, lanes: int, a: str, b: str) -> str:
+    vt = _vt(ctx, lanes)
+    ctx.includes.add("immintrin.h")
+    if lanes == 16:
+        return f"({vt})_mm512_max_ps((__m512)({a}), (__m512)({b}))"
+    if lanes == 8:
+        return f"({vt})_mm256_max_ps((__m256)({a}), (__m256)({b}))"
+    return f"({vt})_mm_max_ps((__m128)({a}), (__m128)({b}))"
+
+
+def _xtype(dtype: Dtype) -> str:
+    return "uint16_t" if dtype == BF16 else "float"
+
+
+def _hsum(lanes: int, v: str) -> str:
+    return f"    float s = 0;\n    for (int j = 0; j < {lanes}; j++)\n        s += {v}[j];\n"
+
+
+def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
+    """Define (once per file) the row function of `op` for inputs of `dtype`; its name."""
+    lanes = ctx.f32_lanes
+    name = f"mb_row_{op}_{dtype.value}_{lanes}"
+    key = f"vr{1 if op == 'online' else 0}_{op}_{dtype.value}_{lanes}"
+    if key in ctx.helpers:
+        return name
+    xt = _xtype(dtype)
+    sx = _scalar_read(ctx, dtype)
+    if lanes == 1:
+        source = _scalar_row_fn(ctx, op, name, xt, sx, dtype)
+    else:
+        source = _vector_row_fn(ctx, op, name, xt, sx, dtype, lanes)
+    _use(ctx, key, source)
+    return name
+
+
+def _unary_scalar(ctx: Ctx, op: str, v: str, lanes: int | None) -> str:
+    """C of activation `op` applied to `v` (a float or an f32 vector of `lanes`)."""
+    if op == RELU:
+        return f"({v} > 0 ? {v} : 0.0f)" if lanes is None else _vmax(ctx, lanes, v, "zero")
+    if op == EXP:
+        return f"{_use_math(ctx, 'exp', lanes)}({v})"
+    if op == SILU:
+        e = _use_math(ctx, "exp", lanes)
+        return f"({v} / (1.0f + {e}(-({v}))))"
+    if op == GELU_TANH:
+        t = _use_math(ctx, "tanh", lanes)
+        inner = f"0.7978845608028654f * ({v} + 0.044715f * {v} * {v} * {v})"
+        return f"(0.5f * {v} * (1.0f + {t}({inner})))"
+    if op == GELU_ERF:
+        e = _use_math(ctx, "erf", lanes)
+        return f"(0.5f * {v} * (1.0f + {e}({v} * 0.7071067811865476f)))"
+    raise CodegenError(f"no row function for {op}")
+
+
+def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype) -> str:
+    """The scalar target's row functions: one element at a time."""
+    uses_exp = op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED, SOFTMAX_COMPLETE)
+    ex = _use_math(ctx, "exp", None) if uses_exp else ""
+    head = "static inline "
+    loop = "    for (int64_t i = 0; i < n; i++) {\n"
+    if op == MAX:
+        return (
+            f"{head}float {name}(const {xt} *restrict x, int64_t n, float m) {{\n{loop}"
+            f"        float v = {sx};\n        m = v > m ? v : m;\n    }}\n    return m;\n}}\n"
+        )
+    if op == SOFTMAX_DENOM:
+        return (
+            f"{head}float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
+            f"    float s = 0;\n{loop}        s += {ex}({sx} - m);\n    }}\n    return s;\n}}\n"
+        )
+    if op == SOFTMAX_UNSCALED:
+        return (
+            f"{head}float {name}(const {xt} *restrict x, int64_t n, float m, "
+            f"float *restrict out) {{\n    float s = 0;\n{loop}"
+            f"        out[i] = {ex}({sx} - m);\n        s += out[i];\n    }}\n    return s;\n}}\n"
+        )
+    if op == SOFTMAX_COMPLETE:
+        return (
+            f"{head}void {name}(const {xt} *restrict x, int64_t n, float m, float d, "
+            f"float *restrict out) {{\n    const float r = 1.0f / d;\n{loop}"
+            f"        out[i] = {ex}({sx} - m) * r;\n    }}\n}}\n"
+        )
+    if op == DIVIDE_ROWS:
+        return (
+            f"{head}void {name}(float *restrict out, int64_t n, float d) {{\n"
+            f"    const float r = 1.0f / d;\n{loop}        out[i] *= r;\n    }}\n}}\n"
+        )
+    if op == "online":
+        return _online_fn(ctx, name, xt, dtype)
+    body = _unary_scalar(ctx, op, "v", None)
+    return (
+        f"{head}void {name}(const {xt} *restrict x, int64_t n, float *restrict out) {{\n"
+        f"{loop}        const float v = {sx};\n        out[i] = {body};\n    }}\n}}\n"
+    )
+
+
+def _online_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
+    """Merge a chunk into a running (max, denominator): the chunk's max first, then the sum
+    of exp(x - new max) over the chunk, the old denominator rescaled by exp(old - new). A
+    chunk of -inf only leaves them as they are (no inf - inf)."""
+    mx = _row_fn(ctx, MAX, dtype)
+    se = _row_fn(ctx, SOFTMAX_DENOM, dtype)
+    ex = _use_math(ctx, "exp", None)
+    return (
+        f"static inline void {name}(const {xt} *restrict x, int64_t n, float *restrict m, "
+        "float *restrict d) {\n"
+        f"    const float top = {mx}(x, n, *m);\n"
+        "    if (top == -__builtin_inff())\n"
+        "        return;\n"
+        f"    *d = *d * {ex}(*m - top) + {se}(x, n, top);\n"
+        "    *m = top;\n"
+        "}\n"
+    )
+
+
+def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
+    if op == "online":
+        return _online_fn(ctx, name, xt, dtype)
+    vt = _vt(ctx, lanes)
+    ld = _loader(ctx, dtype, lanes) if op != DIVIDE_ROWS else _loader(ctx, F32, lanes)
+    step = lanes * ROW_ACCUMULATORS
+    accs = ", ".join(f"a{j} = {{0}}" for j in range(ROW_ACCUMULATORS))
+    splat = f"({vt}){{0}} + "
+    if op == MAX:
+        vm = _vmax
+        unrolled = "".join(
+            f"        a{j} = {vm(ctx, lanes, f'a{j}', f'{ld}(x + i + {j * lanes})')};\n"
+            for j in range(ROW_ACCUMULATORS)
+        )
+        init = ", ".join(f"a{j} = {splat}m" for j in range(ROW_ACCUMULATORS))
+        return (
+            f"static inline float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
+            f"    {vt} {init};\n"
+            "    int64_t i = 0;\n"
+            f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n{unrolled}    }}\n"
+            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
+            f"        a0 = {vm(ctx, lanes, 'a0', f'{ld}(x + i)')};\n"
+            f"    a0 = {vm(ctx, lanes, vm(ctx, lanes, 'a0', 'a1'), vm(ctx, lanes, 'a2', 'a3'))};\n"
+            f"    for (int j = 0; j < {lanes}; j++)\n"
+            "        m = a0[j] > m ? a0[j] : m;\n"
+            "    for (; i < n; i++) {\n"
+            f"        const float v = {sx};\n"
+            "        m = v > m ? v : m;\n"
+            "    }\n"
+            "    return m;\n"
+            "}\n"
+        )
+    if op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED):
+        vex = _use_math(ctx, "exp", lanes)
+        sex = _use_math(ctx, "exp", None)
+        store = op == SOFTMAX_UNSCALED
+        out_param = ", float *restrict out" if store else ""
+
+        def one(j: int, at: str) -> str:
+            if store:
+                return (
+                    f"        {{\n            const {vt} e = {vex}({ld}(x + {at}) - vm);\n"
+                    f"            memcpy(out + {at}, &e, sizeof e);\n"
+                    f"            a{j} += e;\n        }}\n"
+                )
+            return f"        a{j} += {vex}({ld}(x + {at}) - vm);\n"
+
+        unrolled = "".join(one(j, f"i + {j * lanes}") for j in range(ROW_ACCUMULATORS))
+        tail = (
+            f"        out[i] = {sex}({sx} - m);\n        s += out[i];\n"
+            if store
+            else f"        s += {sex}({sx} - m);\n"
+        )
+        return (
+            f"static inline float {name}(const {xt} *restrict x, int64_t n, float m{out_param}) {{\n"
+            f"    const {vt} vm = {splat}m;\n"
+            f"    {vt} {accs};\n"
+            "    int64_t i = 0;\n"
+            f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n{unrolled}    }}\n"
+            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n{one(0, 'i')}"
+            "    a0 = (a0 + a1) + (a2 + a3);\n"
+            f"{_hsum(lanes, 'a0')}"
+            f"    for (; i < n; i++) {{\n{tail}    }}\n"
+            "    return s;\n"
+            "}\n"
+        )
+    if op == SOFTMAX_COMPLETE:
+        vex = _use_math(ctx, "exp", lanes)
+        sex = _use_math(ctx, "exp", None)
+        return (
+            f"static inline void {name}(const {xt} *restrict x, int64_t n, float m, float d, "
+            "float *restrict out) {\n"
+            "    const float r = 1.0f / d;\n"
+            f"    const {vt} vm = {splat}m, vr = {splat}r;\n"
+            "    int64_t i = 0;\n"
+            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+            f"        const {vt} e = {vex}({ld}(x + i) - vm) * vr;\n"
+            "        memcpy(out + i, &e, sizeof e);\n"
+            "    }\n"
+            "    for (; i < n; i++)\n"
+            f"        out[i] = {sex}({sx} - m) * r;\n"
+            "}\n"
+        )
+    if op == DIVIDE_ROWS:
+        return (
+            f"static inline void {name}(float *restrict out, int64_t n, float d) {{\n"
+            "    const float r = 1.0f / d;\n"
+            f"    const {vt} vr = {splat}r;\n"
+            "    int64_t i = 0;\n"
+            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+            f"        const {vt} e = {ld}(out + i) * vr;\n"
+            "        memcpy(out + i, &e, sizeof e);\n"
+            "    }\n"
+            "    for (; i < n; i++)\n"
+            "        out[i] *= r;\n"
+            "}\n"
+        )
+    # an activation
+    vbody = _unary_scalar(ctx, op, "v", lanes)
+    sbody = _unary_scalar(ctx, op, "v", None)
+    zero = f"    const {vt} zero = {{0}};\n" if op == RELU else ""
+    return (
+        f"static inline void {name}(const {xt} *restrict x, int64_t n, float *restrict out) {{\n"
+        f"{zero}"
+        "    int64_t i = 0;\n"
+        f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+        f"        const {vt} v = {ld}(x + i);\n"
+        f"        const {vt} e = {vbody};\n"
+        "        memcpy(out + i, &e, sizeof e);\n"
+        "    }\n"
+        "    for (; i < n; i++) {\n"
+        f"        const float v = {sx};\n"
+        f"        out[i] = {sbody};\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+# ---- emitters ---------------------------------------------------------------------------
+
+
+def _pointer(ctx: Ctx, view: View, what: str) -> str:
+    loc = memory_run(ctx, view)
+    if loc is None or view.buf.kind != MEM:
+        raise CodegenError(f"{what}: the row is not contiguous in memory")
+    return f"&{loc.ref()}"
+
+
+def _value(ctx: Ctx, view: View) -> str:
+    return ctx.amap.loc(view, (0,)).ref()
+
+
+def _row_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    n = spec.shape[1]
+    kind = spec.kind
+    op = "online" if kind == SOFTMAX_DENOM_MAX else kind
+    fn = _row_fn(ctx, op, spec.operands[0].dtype)
+    what = spec.text()
+    if kind == MAX:
+        x, m = views
+        ctx.line(f"{_value(ctx, m)} = {fn}({_pointer(ctx, x, what)}, {n}, {_value(ctx, m)});")
+    elif kind == SOFTMAX_DENOM:
+        x, m, d = views
+        ctx.line(f"{_value(ctx, d)} += {fn}({_pointer(ctx, x, what)}, {n}, {_value(ctx, m)});")
+    elif kind == SOFTMAX_UNSCALED:
+        x, m, d, out = views
+        ctx.line(
+            f"{_value(ctx, d)} += {fn}({_pointer(ctx, x, what)}, {n}, {_value(ctx, m)}, "
+            f"{_pointer(ctx, out, what)});"
+        )
+    elif kind == SOFTMAX_DENOM_MAX:
+        x, m, d = views
+        ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, &{_value(ctx, m)}, &{_value(ctx, d)});")
+    elif kind == SOFTMAX_COMPLETE:
+        x, m, d, out = views
+        ctx.line(
+            f"{fn}({_pointer(ctx, x, what)}, {n}, {_value(ctx, m)}, {_value(ctx, d)}, "
+            f"{_pointer(ctx, out, what)});"
+        )
+    elif kind == DIVIDE_ROWS:
+        d, out = views
+        ctx.line(f"{fn}({_pointer(ctx, out, what)}, {n}, {_value(ctx, d)});")
+    else:
+        x, out = views
+        ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {_pointer(ctx, out, what)});")
+
+
+def _row_kernel(name: str, kind: str) -> Kernel:
+    return Kernel(
+        name=name,
+        kind=kind,
+        applies=_row_applies,
+        memory=_row_memory,
+        cost=_row_cost,
+        emit=_row_emit,
+    )
+
+
+ROW_MAX = _row_kernel("RowMax", MAX)
+ROW_SOFTMAX_DENOM = _row_kernel("RowSoftmaxDenominator", SOFTMAX_DENOM)
+ROW_SOFTMAX_UNSCALED = _row_kernel("RowSoftmaxUnscaled", SOFTMAX_UNSCALED)
+ROW_SOFTMAX_ONLINE = _row_kernel("RowSoftmaxDenominatorAndMax", SOFTMAX_DENOM_MAX)
+ROW_SOFTMAX_COMPLETE = _row_kernel("RowSoftmaxComplete", SOFTMAX_COMPLETE)
+ROW_DIVIDE = _row_kernel("RowDivide", DIVIDE_ROWS)
+ROW_ACTIVATIONS = tuple(_row_kernel(f"Row{k.title().replace('_', '')}", k) for k in UNARY_KINDS)
+
+
+# ---- the online denominator split across threads ------------------------------------
+
+#: Shortest row whose denominator is split across threads (the original's threshold).
+MIN_PARALLEL_ROW = 4096
+#: Chunk lengths are multiples of this (whole vectors, and 64-byte lines of f32).
+_CHUNK_ALIGN = 64
+
+
+def _chunks(n: int, parts: int) -> tuple[int, int]:
+    """(length of each chunk but the last, length of the last) for `parts` chunks."""
+    k = -(-n // parts)
+    k = -(-k // _CHUNK_ALIGN) * _CHUNK_ALIGN
+    return k, n - k * (parts - 1)
+
+
+def _par_online_applies(s: LogicalSpec, t: Target) -> bool:
+    if s.serial or s.accum or t.processors < 2 or s.shape[1] < MIN_PARALLEL_ROW:
+        return False
+    _, last = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
+    return last > 0 and _one_row(s)
+
+
+def _par_online_cost(s: LogicalSpec, t: Target) -> int:
+    """Each thread's share of the chunks' online passes, the threads' start-up, then the
+    merge (two exps per chunk)."""
+    k, _ = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
+    rounds = -(-PARALLEL_ROW_PARTS // t.processors)
+    return (
+        t.par_setup
+        + t.par_per_iter * rounds
+        + _compute_cost(s, k, t) * rounds
+        + 2 * io_cost(s, t) // t.processors  # each thread reads its chunks twice
+        + 2 * PARALLEL_ROW_PARTS * EXP_VECTOR_COST
+    )
+
+
+def _par_online_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """Chunks' (max, denominator) pairs on the threads (OpenMP), then merged in order, so
+    the result does not depend on the thread count."""
+    x, m, d = views
+    n = spec.shape[1]
+    parts = PARALLEL_ROW_PARTS
+    k, last = _chunks(n, parts)
+    fn = _row_fn(ctx, "online", spec.operands[0].dtype)
+    ex = _use_math(ctx, "exp", None)
+    ptr = _pointer(ctx, x, spec.text())
+    mv, dv = _value(ctx, m), _value(ctx, d)
+    i = ctx.fresh()
+    ctx.open("{")
+    ctx.line(f"float pm{i}[{parts}], pd{i}[{parts}];")
+    ctx.line("#pragma omp parallel for schedule(static)")
+    ctx.open(f"for (int j = 0; j < {parts}; j++) {{")
+    ctx.line(f"pm{i}[j] = -__builtin_inff();")
+    ctx.line(f"pd{i}[j] = 0;")
+    ctx.line(
+        f"{fn}({ptr} + (int64_t)j * {k}, j == {parts - 1} ? {last} : {k}, &pm{i}[j], &pd{i}[j]);"
+    )
+    ctx.close()
+    ctx.line(f"{mv} = -__builtin_inff();")
+    ctx.line(f"{dv} = 0;")
+    ctx.open(f"for (int j = 0; j < {parts}; j++) {{")
+    ctx.line(f"const float top = pm{i}[j] > {mv} ? pm{i}[j] : {mv};")
+    ctx.open("if (top != -__builtin_inff()) {")
+    ctx.line(f"{dv} = {dv} * {ex}({mv} - top) + pd{i}[j] * {ex}(pm{i}[j] - top);")
+    ctx.line(f"{mv} = top;")
+    ctx.close()
+    ctx.close()
+    ctx.close()
+
+
+#: Chunks a row's online denominator is split into across threads: a constant, so the C
+#: (and the result) is the same whatever the thread count it runs with.
+PARALLEL_ROW_PARTS = 16
+
+ROW_SOFTMAX_ONLINE_PARALLEL = Kernel(
+    name="RowSoftmaxDenominatorAndMaxParallel",
+    kind=SOFTMAX_DENOM_MAX,
+    applies=_par_online_applies,
+    memory=no_memory,
+    cost=_par_online_cost,
+    emit=_par_online_emit,
+)
+
+
+# ---- FillNegInf -------------------------------------------------------------------------
+
+
+def _neginf_applies(s: LogicalSpec, t: Target) -> bool:
+    (o,) = s.operands
+    return o.dtype == F32 and (scalar_here(o) or (o.level.in_memory and o.is_contiguous))
+
+
+def _neginf_cost(s: LogicalSpec, t: Target) -> int:
+    (o,) = s.operands
+    return 1 if o.level is Level.RF else o.cache_lines()
+
+
+def _neginf_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    (view,) = views
+    if spec.volume == 1:
+        ctx.line(f"{_value(ctx, view)} = -__builtin_inff();")
+        return
+    ptr = _pointer(ctx, view, spec.text())
+    i = ctx.fresh()
+    ctx.open(f"for ({ctx.index_type} i{i} = 0; i{i} < {spec.volume}; i{i}++) {{")
+    ctx.line(f"({ptr})[i{i}] = -__builtin_inff();")
+    ctx.close()
+
+
+FILL_NEG_INF = Kernel(
+    name="FillNegInf",
+    kind=NEG_INF,
+    applies=_neginf_applies,
+    memory=no_memory,
+    cost=_neginf_cost,
+    emit=_neginf_emit,
+)
+
+ROW_KERNELS: tuple[Kernel, ...] = (
+    ROW_MAX,
+    ROW_SOFTMAX_DENOM,
+    ROW_SOFTMAX_UNSCALED,
+    ROW_SOFTMAX_ONLINE,
+    ROW_SOFTMAX_ONLINE_PARALLEL,
+    ROW_SOFTMAX_COMPLETE,
+    ROW_DIVIDE,
+    *ROW_ACTIVATIONS,
+    FILL_NEG_INF,
+)
