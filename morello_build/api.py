@@ -18,8 +18,8 @@ from morello_build.codegen.views import CodegenError
 from morello_build.errors import MorelloError, NoImplementation, SpecError, first_line
 from morello_build.impl.nodes import Impl
 from morello_build.ir.levels import Level
-from morello_build.ir.sizes import matmul_size_problem, shape_text, with_doc
-from morello_build.ir.spec import MATMUL, LogicalSpec, Spec
+from morello_build.ir.sizes import matmul_size_problem, shape_text, size_problem, with_doc
+from morello_build.ir.spec import MATMUL, ROW_KINDS, USER_ROW_KINDS, LogicalSpec, Spec
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import native_isa
 from morello_build.machine.target import Target, get_target, resolve_tune
@@ -63,6 +63,26 @@ def matmul_spec_text(
     a, bb, c = (f"{dt}:GL:{lay}" for dt, lay in zip((dtype, dtype, "f32"), layouts))
     serial = ", serial" if threads <= 1 else ""
     return f"{name}({b}x{m}x{k}x{n}, {a}, {bb}, {c}{serial})"
+
+
+def row_spec_text(kind: str, rows: int, n: int, *, dtype: str = "f32", threads: int = 1) -> str:
+    """Text of a row operation's Spec (`ir.spec.ROW_KINDS`, e.g. softmax along each row)
+    with x and out in main memory; `dtype="bf16"` means a bf16 x and an f32 out."""
+    if kind not in USER_ROW_KINDS:
+        raise SpecError(
+            f"unknown row operation {kind!r}; expected one of {', '.join(USER_ROW_KINDS)}"
+        )
+    if dtype not in ("f32", "bf16"):
+        raise SpecError(f"unsupported {kind} dtype {dtype!r}; expected f32 or bf16")
+    for what, v in (("rows", rows), ("n", n)):
+        if not isinstance(v, int) or v <= 0:
+            raise SpecError(f"{kind} {what} must be a positive integer, got {v!r}")
+    too_big = size_problem([(rows, n), (rows, n)], (2 if dtype == "bf16" else 4, 4))
+    if too_big:
+        raise SpecError(f"{kind} {shape_text((rows, n))}: {with_doc(too_big)}")
+    serial = ", serial" if threads <= 1 else ""
+    name = ROW_KINDS[kind].name
+    return f"{name}({rows}x{n}, {dtype}:GL:row, f32:GL:row{serial})"
 
 
 def resolve_target(name: str) -> str:
@@ -204,7 +224,9 @@ def synthesize_kernel(
     """Synthesize (or replay from the cache) and generate C for one kernel."""
     check_kernel_name(name, variant_ok=True)  # integration.dispatch's variants: `<name>__<isa>`
     ls = as_spec(spec_text)
-    if ls.kind == MATMUL and any(o.level is not Level.GL for o in ls.operands):
+    if (ls.kind == MATMUL or ls.kind in ROW_KINDS) and any(
+        o.level is not Level.GL for o in ls.operands
+    ):
         raise SpecError(f"{name}: kernel operands must live in GL (main memory)")
     isa = resolve_target(target)
     tune_name = resolve_tune(tune, target)

@@ -27,7 +27,6 @@ from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError, first_line
 from morello_build.harness.peer_registry import PEER_ISAS
 from morello_build.integration.remote_args import add_remote_args, apply_remote_args
-from morello_build.ir.text import parse_dims
 from morello_build.names import check_kernel_name
 from morello_build.native import describe
 from morello_build.search.cache_report import ACTIONS
@@ -35,7 +34,9 @@ from morello_build.search.cache_report import ACTIONS
 SPEC_HELP = (
     "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
     "or the shorthand 'matmul MxKxN' / 'matmul BxMxKxN' (operands in GL, see --dtype, "
-    "--layout-b, --accumulate)"
+    "--layout-b, --accumulate), or an operation on rows: 'softmax ROWSxN' (along each row), "
+    "'relu', 'gelu' (erf form), 'gelu_tanh', 'silu' or 'exp' ROWSxN (x f32 or bf16 with "
+    "--dtype, out f32)"
 )
 
 
@@ -51,8 +52,12 @@ def spec_from_args(args: argparse.Namespace) -> str:
     (`integration.shorthand.expand_spec`): 'matmul 1x288x288 --layout-b col --threads 2' (then
     `args.threads` becomes the word's); options both inside and outside it are an error.
     """
-    from morello_build.api import matmul_spec_text
-    from morello_build.integration.shorthand import expand_spec, is_shorthand
+    from morello_build.integration.shorthand import (
+        SHORTHAND_OPS,
+        expand_spec,
+        is_shorthand,
+        shorthand_spec,
+    )
 
     tokens = list(args.spec)
     if len(tokens) == 1 and is_shorthand(tokens[0]) and "-" in tokens[0].split(None, 2)[-1]:
@@ -69,20 +74,11 @@ def spec_from_args(args: argparse.Namespace) -> str:
         expanded = expand_spec(tokens[0])
         args.threads = expanded.threads
         return expanded.text
-    if len(tokens) == 1 and tokens[0].lower().split()[:1] == ["matmul"]:
+    if len(tokens) == 1 and tokens[0].lower().split()[:1] in ([op] for op in SHORTHAND_OPS):
         tokens = tokens[0].split()  # the shorthand quoted as one word: 'matmul 64x64x64'
-    if tokens and tokens[0].lower() == "matmul" and len(tokens) == 2:
-        dims = parse_dims(tokens[1])
-        if len(dims) == 3:
-            dims = (1, *dims)
-        if len(dims) != 4:
-            raise SpecError(f"matmul shape must be MxKxN or BxMxKxN, got {tokens[1]!r}")
-        return matmul_spec_text(
-            *dims,
-            dtype=args.dtype,
-            layouts=("row", args.layout_b, "row"),
-            accumulate=args.accumulate,
-            threads=args.threads,
+    if tokens and tokens[0].lower() in SHORTHAND_OPS and len(tokens) == 2:
+        return shorthand_spec(
+            tokens[0], tokens[1], args.dtype, args.layout_b, args.accumulate, args.threads
         )
     text = " ".join(tokens)
     ignored = [
@@ -91,7 +87,7 @@ def spec_from_args(args: argparse.Namespace) -> str:
         if k != "threads" and getattr(args, k) != default
     ]
     if ignored:  # the text form spells dtypes, layouts and accumulation out itself
-        raise SpecError(f"{', '.join(ignored)}: only with the matmul shorthand, not a Spec text")
+        raise SpecError(f"{', '.join(ignored)}: only with a shorthand, not a Spec text")
     if args.threads > 1 and text.rstrip().endswith(", serial)"):
         text = text.rstrip()[: -len(", serial)")] + ")"
     return text
@@ -117,7 +113,8 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=("f32", "bf16"),
         default="f32",
-        help="shorthand only: f32, or bf16 (bf16 x bf16 -> f32) [default: f32]",
+        help="shorthand only: f32, or bf16 (matmul: bf16 x bf16 -> f32; a row operation: "
+        "bf16 x, f32 out) [default: f32]",
     )
     p.add_argument(
         "--layout-b",

@@ -78,6 +78,7 @@ from morello_build.harness.arrays import (
     STORAGE,
     compare_output,
     decode,
+    encode,
     exact_logical,
     from_physical,
     random_logical,
@@ -94,6 +95,14 @@ from morello_build.harness.compile import (
     kernel_files,
     kernel_flags,
     uses_openmp,
+)
+from morello_build.harness.row_reference import (
+    ROW_OPS,
+    activation_reference,
+    compare_rows,
+    hard_rows,
+    random_rows,
+    softmax_reference,
 )
 from morello_build.machine.isa import ISA_FLAGS, host_supports
 
@@ -319,6 +328,26 @@ def _call_isolated(lib_path: Path, name: str, pointers: Sequence[int], timeout: 
 # --------------------------------------------------------------------------- verify
 
 
+def check_rows(
+    op: str, x: NDArray[np.float64], got: NDArray[np.float64]
+) -> tuple[bool, float, str]:
+    """(ok, max abs error, message) of a row operation's output for input `x`; softmax rows
+    must also sum to 1 within their bound (a dropped or doubled term fails there)."""
+    if op != "softmax":
+        ref, bound = activation_reference(op, x)
+        return compare_rows(ref, bound, got)
+    ref, bound, row_bound = softmax_reference(x)
+    ok, max_abs, msg = compare_rows(ref, bound, got)
+    if ok:
+        with np.errstate(invalid="ignore"):
+            sums = np.sum(got, axis=-1)
+            bad = ~(np.abs(sums - 1.0) <= row_bound)
+        if bad.any():
+            r = int(np.argwhere(bad)[0][0])
+            return False, max_abs, f"row {r} sums to {sums[r]!r}, not 1 +- {row_bound[r]:.3g}"
+    return ok, max_abs, msg
+
+
 def verify_kernel(
     kernel: GeneratedKernel,
     *,
@@ -353,19 +382,29 @@ def verify_kernel(
         raise ValueError(f"kernel {abi.name}: expected exactly one output operand")
     out = outputs[0]
     float_matmul = abi.op == "matmul" and out.dtype in FLOAT_DTYPES
-    # Run 0 uses exactly representable inputs where they exist (float matmul), run 1 random.
-    inputs = [exact_logical(abi, rng) if float_matmul else random_inputs, random_inputs]
-    expecteds = [
-        reference_output(
-            abi,
-            {**initial, out.name: initial.get(out.name, sentinel_fill(out, 0))},
-            statistical=True,
-        )
-        for initial in inputs
-    ]
+    row_op = abi.op in ROW_OPS
+    if row_op:  # run 0 the hard cases, run 1 random (harness/row_reference.py)
+        x = abi.operands[0]
+        inputs = [
+            {x.name: encode(x.dtype, make(x.shape, rng, abi.op, x.dtype))}
+            for make in (hard_rows, random_rows)
+        ]
+        expecteds = []
+    else:
+        # Run 0 uses exactly representable inputs where they exist (float matmul), run 1
+        # random.
+        inputs = [exact_logical(abi, rng) if float_matmul else random_inputs, random_inputs]
+        expecteds = [
+            reference_output(
+                abi,
+                {**initial, out.name: initial.get(out.name, sentinel_fill(out, 0))},
+                statistical=True,
+            )
+            for initial in inputs
+        ]
 
     worst_abs, worst_rel = 0.0, 0.0
-    tol = expecteds[1].coeff if expecteds[1].scale is not None else 0.0
+    tol = expecteds[1].coeff if expecteds and expecteds[1].scale is not None else 0.0
 
     def failed(why: str) -> VerifyResult:
         return VerifyResult(False, float("inf"), float("inf"), tol, cc.name, why)
@@ -373,7 +412,7 @@ def verify_kernel(
     with _built(kernel, cc, extra_flags) as lib_path:
         if not host_supports(abi.isa):
             raise IsaUnavailable(abi.isa)
-        for run, (initial, expected) in enumerate(zip(inputs, expecteds, strict=True)):
+        for run, initial in enumerate(inputs):
             buffers: list[_GuardedBuffer] = []
             for op in abi.operands:
                 start = initial.get(op.name)
@@ -402,10 +441,17 @@ def verify_kernel(
             got = decode(
                 out.dtype, from_physical(buffers[abi.operands.index(out)].array, out.order)
             )
-            ok, max_abs, max_rel, msg = compare_output(expected, got, out.dtype)
+            if row_op:
+                x = abi.operands[0]
+                ok, max_abs, msg = check_rows(abi.op, decode(x.dtype, initial[x.name]), got)
+                max_rel = 0.0
+            else:
+                ok, max_abs, max_rel, msg = compare_output(expecteds[run], got, out.dtype)
             worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
             if not ok:
                 what = "exact inputs" if float_matmul and run == 0 else "random inputs"
+                if row_op and run == 0:
+                    what = "hard inputs"
                 sentinel = "" if out.name in initial else f", output prefilled with sentinel {run}"
                 return VerifyResult(
                     False,
@@ -415,7 +461,9 @@ def verify_kernel(
                     cc.name,
                     f"run {run} ({what}{sentinel}): {msg}",
                 )
-    if not float_matmul:
+    if row_op:
+        rule = "within the bounds of harness/row_reference.py"
+    elif not float_matmul:
         rule = "exact"
     else:
         rules = ["exact" if e.coeff == 0.0 else f"err <= {e.coeff:.3g} * scale" for e in expecteds]

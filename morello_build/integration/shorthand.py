@@ -1,6 +1,8 @@
 """The Spec of a kernel declared by its text (CMake's `morello_add_kernel(... SPEC ...)`,
-`morello generate --spec`): the full text form, or the command line's matmul shorthand with
-its options in the same string, e.g. ``matmul 1x288x288 --layout-b col``.
+`morello generate --spec`): the full text form, or the command line's shorthand with
+its options in the same string, e.g. ``matmul 1x288x288 --layout-b col`` or
+``softmax 32x2048 --dtype bf16`` (an operation on rows: ``ROWSxN``, x in f32 or bf16, out f32;
+`ROW_SHORTHANDS`).
 
 The shorthand means exactly what `morello synth` makes of the same words (same options, same
 defaults, same error messages), so a kernel built by CMake is byte-identical to the one the
@@ -16,10 +18,24 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from morello_build.errors import SpecError
+from morello_build.ir.spec import EXP, GELU_ERF, GELU_TANH, RELU, ROW_KINDS, SILU, SOFTMAX
 from morello_build.ir.text import parse_dims
 
-#: `matmul` followed by words, no parenthesis (the text form is `Matmul(...)`).
-_SHORTHAND = re.compile(r"\s*matmul\s+[^()]*", re.IGNORECASE)
+#: Shorthand names of row operations and the Spec kinds they mean (`gelu` is the erf form,
+#: as PyTorch's and ONNX's default).
+ROW_SHORTHANDS: dict[str, str] = {
+    "softmax": SOFTMAX,
+    "relu": RELU,
+    "gelu": GELU_ERF,
+    "gelu_erf": GELU_ERF,
+    "gelu_tanh": GELU_TANH,
+    "silu": SILU,
+    "exp": EXP,
+}
+SHORTHAND_OPS = ("matmul", *ROW_SHORTHANDS)
+
+#: An operation name followed by words, no parenthesis (the text form is `Matmul(...)`).
+_SHORTHAND = re.compile(rf"\s*({'|'.join(SHORTHAND_OPS)})\s+[^()]*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -35,9 +51,9 @@ class _Parser(argparse.ArgumentParser):
         raise SpecError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(op: str) -> argparse.ArgumentParser:
     # The options of `morello synth` that shape the Spec (cli._add_spec_args).
-    p = _Parser(prog="matmul", add_help=False)
+    p = _Parser(prog=op, add_help=False)
     p.add_argument("shape")
     p.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     p.add_argument("--layout-b", choices=("row", "col"), default="row")
@@ -51,7 +67,7 @@ def is_shorthand(text: str) -> bool:
 
 
 def expand_spec(text: str) -> SpecArg:
-    """The full Spec text of `text` (returned unchanged unless it is the matmul shorthand).
+    """The full Spec text of `text` (returned unchanged unless it is a shorthand).
 
     Raises `SpecError` with the message the command line gives for the same words.
     """
@@ -60,26 +76,40 @@ def expand_spec(text: str) -> SpecArg:
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise SpecError(f"malformed matmul shorthand {text!r}: {exc}") from None
-    args = _parser().parse_args(words[1:])
+        raise SpecError(f"malformed shorthand {text!r}: {exc}") from None
+    op = words[0].lower()
+    args = _parser(op).parse_args(words[1:])
     from morello_build.integration.config import MAX_THREADS
 
     if not 1 <= args.threads <= MAX_THREADS:  # as the command line and declarations
         raise SpecError(
             f"--threads: expected an integer from 1 to {MAX_THREADS}, got {args.threads}"
         )
-    dims = parse_dims(args.shape)
+    spec = shorthand_spec(op, args.shape, args.dtype, args.layout_b, args.accumulate, args.threads)
+    return SpecArg(spec, args.threads)
+
+
+def shorthand_spec(
+    op: str, shape: str, dtype: str, layout_b: str, accumulate: bool, threads: int
+) -> str:
+    """The Spec text of shorthand `op` (`SHORTHAND_OPS`) over `shape` with these options."""
+    from morello_build.api import matmul_spec_text, row_spec_text
+
+    op = op.lower()
+    dims = parse_dims(shape)
+    if op != "matmul":
+        if layout_b != "row" or accumulate:
+            raise SpecError(f"--layout-b and --accumulate apply to matmul only, not {op}")
+        if len(dims) != 2:
+            raise SpecError(f"{op} shape must be ROWSxN, got {shape!r}")
+        return row_spec_text(ROW_SHORTHANDS[op], *dims, dtype=dtype, threads=threads)
     if len(dims) == 3:
         dims = (1, *dims)
     if len(dims) != 4:
-        raise SpecError(f"matmul shape must be MxKxN or BxMxKxN, got {args.shape!r}")
-    from morello_build.api import matmul_spec_text
-
-    spec = matmul_spec_text(
-        *dims,
-        dtype=args.dtype,
-        layouts=("row", args.layout_b, "row"),
-        accumulate=args.accumulate,
-        threads=args.threads,
+        raise SpecError(f"matmul shape must be MxKxN or BxMxKxN, got {shape!r}")
+    return matmul_spec_text(
+        *dims, dtype=dtype, layouts=("row", layout_b, "row"), accumulate=accumulate, threads=threads
     )
-    return SpecArg(spec, args.threads)
+
+
+assert all(k in ROW_KINDS for k in ROW_SHORTHANDS.values())
