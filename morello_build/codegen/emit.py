@@ -374,7 +374,7 @@ class _Emitter:
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-_BATCHED = {MATMUL: " (batched over the first dim)"}
+_BATCHED = {k: " (batched over the first dim)" for k in (MATMUL, MOVE, ZERO)}
 _WHAT = {
     MOVE: "dst = src (copy, relayout or widening cast)",
     ZERO: "out = 0",

@@ -137,3 +137,14 @@ def test_row_spec_text_rejects_bad_input() -> None:
         row_spec_text("softmax", 0, 8)
     with pytest.raises(SpecError, match="dtype"):
         row_spec_text("relu", 1, 8, dtype="f64")
+
+
+def test_a_long_row_on_two_threads_splits_its_denominator_across_them() -> None:
+    """One row of 2^19: the online form with the thread-split denominator (16 chunks
+    merged in order) and the completion split along the row; checked against numpy."""
+    syn = synthesize(
+        row_spec_text("softmax", 1, 1 << 19, threads=2), "avx2", threads=2, use_cache=False
+    )
+    kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
+    assert "RowSoftmaxDenominatorAndMaxParallel" in kernels, kernels
+    verify_with_each_compiler(_kernel("softmax", 1, 1 << 19, "f32", "avx2", threads=2), "split")

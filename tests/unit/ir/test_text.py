@@ -142,7 +142,7 @@ MALFORMED = [
     # Unknown operation.
     (
         "Conv(1x2x2x2, f32:GL:row, f32:GL:row, f32:GL:row)",
-        "unknown spec kind 'Conv'; expected Matmul, MatmulAccum, Move or Zero",
+        "unknown spec kind 'Conv'; expected Matmul, MatmulAccum, Move, Zero, Softmax",
     ),
     # Wrong operand count (an unknown trailing flag is an operand too).
     ("Matmul(1x2x2x2, f32:GL:row, f32:GL:row)", "Matmul takes 3 operand(s), got 2"),
