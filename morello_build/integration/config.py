@@ -24,6 +24,7 @@ from morello_build.integration.config_model import (
     LAYOUTS,
     MAX_THREADS,
     OPS,
+    ROW_OPS,
     TABLE_PLACEHOLDER,
     TARGETS,
     TUNES,
@@ -31,8 +32,10 @@ from morello_build.integration.config_model import (
     MorelloTable,
     conforms,
     expected_text,
+    key_variant,
     missing_text,
     model_keys,
+    only_with_problem,
     toml_repr,
 )
 from morello_build.ir.sizes import LIMITS_DOC, MAX_DIM
@@ -48,6 +51,7 @@ __all__ = [
     "LAYOUTS",
     "MAX_THREADS",
     "OPS",
+    "ROW_OPS",
     "TARGETS",
     "TUNES",
     "ConfigError",
@@ -68,11 +72,12 @@ class ConfigError(MorelloError):
 
 @dataclass(frozen=True)
 class KernelDecl:
-    """One declared kernel, validated and normalized (shape always has the batch dim)."""
+    """One declared kernel, validated and normalized: a matmul's shape always has the batch
+    dim; a row op (`ROW_OPS`) keeps the matmul-only fields at their defaults."""
 
     name: str
-    op: str
-    shape: tuple[int, int, int, int]  # (b, m, k, n)
+    op: str  # "matmul" or one of ROW_OPS, as declared ("gelu" stays "gelu")
+    shape: tuple[int, ...]  # matmul: (b, m, k, n); a row op: (rows, n)
     dtype: str  # input dtype: "f32" or "bf16"; the output is f32
     layouts: tuple[str, str, str]  # lhs, rhs, out: "row" | "col"
     accumulate: bool
@@ -89,10 +94,24 @@ class KernelDecl:
         # "native" is never combined with other targets, so the first one decides.
         return resolve_tune(self.tune, (targets or self.targets)[0])
 
+    @property
+    def is_row_op(self) -> bool:
+        return self.op in ROW_OPS
+
+    @property
+    def kind(self) -> str:
+        """The Spec kind (`ir.spec`): "matmul", or a row op's ("gelu" is "gelu_erf")."""
+        from morello_build.integration.shorthand import ROW_SHORTHANDS
+
+        return ROW_SHORTHANDS.get(self.op, self.op)
+
     def spec_text(self) -> str:
         """The Spec text for this kernel (asks the synthesizer's API, imported lazily)."""
-        from morello_build.api import matmul_spec_text
+        from morello_build.api import matmul_spec_text, row_spec_text
 
+        if self.is_row_op:
+            rows, n = self.shape
+            return row_spec_text(self.kind, rows, n, dtype=self.dtype, threads=self.threads)
         b, m, k, n = self.shape
         return matmul_spec_text(
             b,
@@ -240,9 +259,11 @@ def _check_table(
 ) -> dict[str, Any]:
     """The values of a parsed TOML table for the keys of `model`, defaults filled in.
 
-    Keys are checked in the model's order, each fully (type and allowed values, then its
-    rules) before the next, so the first problem reported is the same whatever else is
-    wrong; `err(key, message)` is raised for it. Values stay as parsed (lists, not tuples).
+    Keys are checked in the model's order, each fully (whether it may be given at all with
+    the earlier keys' values, its type and allowed values, then its rules) before the next,
+    so the first problem reported is the same whatever else is wrong; `err(key, message)`
+    is raised for it. A key with variants is checked as the earlier keys' values choose
+    (`shape` of a row op). Values stay as parsed (lists, not tuples).
     """
     keys = model_keys(model)
     names = [k.name for k in keys]
@@ -252,6 +273,11 @@ def _check_table(
     checks = [(max(names.index(n) for n in c.keys), c) for c in model.CHECKS]
     values: dict[str, Any] = {}
     for position, k in enumerate(keys):
+        if k.name in table:
+            problem = only_with_problem(k, values)
+            if problem:
+                raise err(k.name, problem)
+        k = key_variant(k, values)
         for group in model.EXCLUSIVE:
             if k.name == group[0] and all(n in table for n in group):
                 raise err(group[-1], f"give either {' or '.join(group)}, not both")
@@ -306,6 +332,20 @@ def _declaration(
     table: KernelTable, default_targets: tuple[str, ...], default_tune: str | None
 ) -> KernelDecl:
     """The normalized declaration of a checked kernel table."""
+    targets = _targets(table.target) if table.target is not None else default_targets
+    if table.op in ROW_OPS:
+        return KernelDecl(
+            name=table.name,
+            op=table.op,
+            shape=table.shape,
+            dtype=table.dtype,
+            layouts=("row", "row", "row"),
+            accumulate=False,
+            threads=table.threads,
+            targets=targets,
+            schedule=None,
+            tune=table.tune or default_tune,
+        )
     batched = len(table.shape) == 4
     b, m, k, n = table.shape if batched else (1, *table.shape)
     dtypes = table.dtypes
@@ -317,19 +357,26 @@ def _declaration(
         layouts=(table.layouts[0], table.layouts[1], table.layouts[2]),
         accumulate=table.accumulate,
         threads=table.threads,
-        targets=_targets(table.target) if table.target is not None else default_targets,
+        targets=targets,
         schedule=table.schedule,
         batched=batched,
         tune=table.tune or default_tune,
     )
 
 
-def decl_operands(decl: KernelDecl) -> tuple[OperandABI, OperandABI, OperandABI]:
-    """The C operands a kernel built from `decl` must have (lhs, rhs, out).
+def decl_operands(decl: KernelDecl) -> tuple[OperandABI, ...]:
+    """The C operands a kernel built from `decl` must have: (lhs, rhs, out) of a matmul,
+    (x, out) of a row op.
 
     Known before synthesis, so CMake and the Python module generator can emit prototypes at
     configure time; generate checks the synthesized kernel against it.
     """
+    if decl.is_row_op:
+        shape = tuple(decl.shape)
+        return (
+            OperandABI(name="x", shape=shape, dtype=decl.dtype, order=(0, 1), role="in"),
+            OperandABI(name="out", shape=shape, dtype="f32", order=(0, 1), role="out"),
+        )
     b, m, k, n = decl.shape
 
     def operand(name: str, rows: int, cols: int, dtype: str, layout: str, role: str) -> OperandABI:

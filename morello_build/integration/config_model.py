@@ -18,7 +18,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from morello_build.ir.sizes import LIMITS_DOC, MAX_DIM, dim_problem, matmul_size_problem, with_doc
+from morello_build.integration.shorthand import ROW_SHORTHANDS
+from morello_build.ir.sizes import (
+    LIMITS_DOC,
+    MAX_DIM,
+    dim_problem,
+    matmul_size_problem,
+    size_problem,
+    with_doc,
+)
 from morello_build.machine.isa import ISAS
 from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.names import MAX_NAME_LENGTH, kernel_name_problem, show_name
@@ -32,7 +40,10 @@ TUNES: tuple[str, ...] = ("native", *TARGET_TUNES)
 #: Element types of a matmul's inputs; the output is always f32.
 DTYPES: tuple[str, ...] = ("f32", "bf16")
 LAYOUTS: tuple[str, ...] = ("row", "col")
-OPS: tuple[str, ...] = ("matmul",)
+#: Operations on the rows of a `[rows, n]` x (out is f32, x f32 or bf16): the command line's
+#: shorthand names (`gelu` is the erf form).
+ROW_OPS: tuple[str, ...] = tuple(ROW_SHORTHANDS)
+OPS: tuple[str, ...] = ("matmul", *ROW_OPS)
 #: Supported (lhs, rhs, out) dtype triples and the input dtype each one means.
 DTYPE_TRIPLES: dict[tuple[str, str, str], str] = {
     ("f32", "f32", "f32"): "f32",
@@ -107,6 +118,23 @@ class Key:
     #: The default as the docs show it, where it is not a plain value.
     default_doc: str | None = None
     rules: tuple[Rule, ...] = ()
+    #: (key, values): the key may be given only when that earlier key has one of these values
+    #: (whose default must be one of them); e.g. `layouts` only with `op = "matmul"`.
+    only_with: tuple[str, tuple[str, ...]] | None = None
+    #: Other forms of the key, chosen by the value of an earlier key (e.g. `shape` of a row op).
+    variants: tuple[Variant, ...] = ()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The key as it is when the earlier key `on` has one of `values`: `key` replaces the
+    key's metadata (its type stays) for the loader, the schema and the docs, which name
+    those values `label` ("a row op")."""
+
+    on: str
+    values: tuple[str, ...]
+    label: str
+    key: Key
 
 
 #: The default of a required key.
@@ -162,10 +190,14 @@ def _dtype_triple(value: list[str]) -> str | None:
 
 def _size_problem(values: Mapping[str, Any]) -> str | None:
     shape = values["shape"]
-    b, m, k, n = shape if len(shape) == 4 else [1, *shape]
     dtypes = values["dtypes"]
     dtype = DTYPE_TRIPLES[tuple(dtypes)] if dtypes is not None else values["dtype"]
-    too_big = matmul_size_problem(b, m, k, n, 2 if dtype == "bf16" else 4)
+    in_bytes = 2 if dtype == "bf16" else 4
+    if values["op"] in ROW_OPS:  # x and out, [rows, n] each
+        too_big = size_problem([shape, shape], (in_bytes, 4))
+    else:
+        b, m, k, n = shape if len(shape) == 4 else [1, *shape]
+        too_big = matmul_size_problem(b, m, k, n, in_bytes)
     return f"{toml_repr(shape)}: {with_doc(too_big)}" if too_big else None
 
 
@@ -184,6 +216,15 @@ _TARGET_RULES = (
         _native_combined,
         {"if": {"type": "array", "contains": {"const": "native"}}, "then": {"maxItems": 1}},
     ),
+)
+_DIMS_RULE = Rule(_dims_problem, {"items": {"maximum": MAX_DIM}})
+#: Keys that mean something for a matmul only.
+_MATMUL_ONLY = ("op", ("matmul",))
+_ROW_OP_LABEL = "a row op"
+_OP_DOC = (
+    'the operation: `"matmul"`, or a row op on a `[rows, n]` x giving an f32 `[rows, n]` out: '
+    '`"softmax"` (along each row), `"relu"`, `"gelu"` (the erf form, as `"gelu_erf"`), '
+    '`"gelu_tanh"`, `"silu"`, `"exp"`'
 )
 _TARGET_EXPECTED = f"one of {quoted(TARGETS)} or a list of them"
 _TARGET_DOC = (
@@ -210,7 +251,7 @@ class KernelTable:
     #: Groups of keys of which at most one may be given.
     EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = (("dtype", "dtypes"),)
     CHECKS: ClassVar[tuple[Check, ...]] = (
-        Check(("shape", "dtype", "dtypes"), "shape", _size_problem),
+        Check(("op", "shape", "dtype", "dtypes"), "shape", _size_problem),
     )
 
     name: str = key(
@@ -219,7 +260,7 @@ class KernelTable:
         expected="a C identifier",
         rules=(_NAME_RULE,),
     )
-    op: str = key("matmul", doc="the operation; only `matmul` for now", choices=OPS)
+    op: str = key("matmul", doc=_OP_DOC, choices=OPS)
     shape: tuple[int, ...] = key(
         doc="`[m, k, n]` or batched `[b, m, k, n]`: `out[m, n] = lhs[m, k] @ rhs[k, n]`; "
         f"sizes are bounded (see {LIMITS_DOC})",
@@ -228,13 +269,41 @@ class KernelTable:
         minimum=1,
         min_items=3,
         max_items=4,
-        rules=(Rule(_dims_problem, {"items": {"maximum": MAX_DIM}}),),
+        rules=(_DIMS_RULE,),
+        variants=(
+            Variant(
+                "op",
+                ROW_OPS,
+                _ROW_OP_LABEL,
+                Key(
+                    doc="`[rows, n]`, the shape of x and of out",
+                    expected="2 positive integers [rows, n]",
+                    missing="missing (expected [rows, n])",
+                    minimum=1,
+                    min_items=2,
+                    max_items=2,
+                    rules=(_DIMS_RULE,),
+                ),
+            ),
+        ),
     )
     dtype: str = key(
         "f32",
         doc='input type: `"f32"`, or `"bf16"` (bf16 x bf16 -> f32); the output is always f32',
         expected='"f32" or "bf16" (bf16 x bf16 -> f32)',
         choices=DTYPES,
+        variants=(
+            Variant(
+                "op",
+                ROW_OPS,
+                _ROW_OP_LABEL,
+                Key(
+                    doc="the type of x (out is f32)",
+                    expected='"f32" or "bf16" (the type of x; out is f32)',
+                    choices=DTYPES,
+                ),
+            ),
+        ),
     )
     dtypes: tuple[str, ...] | None = key(
         None,
@@ -244,6 +313,7 @@ class KernelTable:
         min_items=3,
         max_items=3,
         rules=(Rule(_dtype_triple, {"enum": [list(t) for t in DTYPE_TRIPLES]}),),
+        only_with=_MATMUL_ONLY,
     )
     layouts: tuple[str, ...] = key(
         ("row", "row", "row"),
@@ -252,8 +322,11 @@ class KernelTable:
         choices=LAYOUTS,
         min_items=3,
         max_items=3,
+        only_with=_MATMUL_ONLY,
     )
-    accumulate: bool = key(False, doc="`out += lhs @ rhs` instead of `out = lhs @ rhs`")
+    accumulate: bool = key(
+        False, doc="`out += lhs @ rhs` instead of `out = lhs @ rhs`", only_with=_MATMUL_ONLY
+    )
     threads: int = key(
         1,
         doc="threads the kernel may use",
@@ -282,6 +355,7 @@ class KernelTable:
         "the declaration file's directory on `sys.path` and is a build dependency",
         expected='"module:function"',
         pattern=SCHEDULE_REF,
+        only_with=_MATMUL_ONLY,
     )
 
 
@@ -352,6 +426,36 @@ class ModelKey:
     @property
     def required(self) -> bool:
         return self.default is REQUIRED
+
+
+def key_variant(k: ModelKey, values: Mapping[str, Any]) -> ModelKey:
+    """`k` as it is given the values of the earlier keys (its first matching variant)."""
+    for v in k.info.variants:
+        if values.get(v.on) in v.values:
+            return dataclasses.replace(k, info=v.key)
+    return k
+
+
+def only_with_problem(k: ModelKey, values: Mapping[str, Any]) -> str | None:
+    """Why `k` may not be given with these values of the earlier keys (None: it may)."""
+    if k.info.only_with is None:
+        return None
+    on, allowed = k.info.only_with
+    got = values.get(on)
+    if got in allowed:
+        return None
+    wanted = " or ".join(f"{on} = {toml_repr(a)}" for a in allowed)
+    return f"applies to {wanted} only, not to {on} = {toml_repr(got)}"
+
+
+def key_doc(k: ModelKey) -> str:
+    """What `k` means, its variants included (the docs table and the schema)."""
+    parts = [k.info.doc]
+    parts += [f"for {v.label}: {v.key.doc}" for v in k.info.variants]
+    if k.info.only_with is not None:
+        on, allowed = k.info.only_with
+        parts.append(f"only with {' or '.join(f'`{on} = {toml_repr(a)}`' for a in allowed)}")
+    return "; ".join(parts)
 
 
 def model_keys(model: type) -> tuple[ModelKey, ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from morello_build.integration.config_model import (
     ModelKey,
     MorelloTable,
     item_type,
+    key_doc,
     model_keys,
     toml_repr,
     type_args,
@@ -104,13 +106,70 @@ def _type_schema(tp: Any, k: ModelKey) -> dict[str, Any]:
     raise TypeError(f"{k.name}: no JSON schema for {tp!r}")
 
 
-def _key_schema(k: ModelKey) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": _text(k.info.doc)}
-    out.update(_type_schema(k.type, k))
+def _value_schema(k: ModelKey) -> dict[str, Any]:
+    """What a value of `k` must be (type, allowed values, rules' keywords), undocumented."""
+    out = _type_schema(k.type, k)
     for rule in k.info.rules:
         _merge(out, rule.schema)
     if not k.required and k.default is not None:
         out["default"] = _plain(k.default)
+    return out
+
+
+def _variant_schemas(k: ModelKey) -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
+    """(key, values, value schema) of each variant of `k` that the schema can tell apart."""
+    base = _value_schema(k)
+    out = []
+    for v in k.info.variants:
+        vs = _value_schema(dataclasses.replace(k, info=v.key))
+        if vs != base:
+            out.append((v.on, v.values, vs))
+    return out
+
+
+def _when(key: str, values: tuple[str, ...], negate: bool = False) -> dict[str, Any]:
+    """`if` of a key given with one of `values` (or, negated, with another value)."""
+    enum: dict[str, Any] = {"enum": list(values)}
+    return {"properties": {key: {"not": enum} if negate else enum}, "required": [key]}
+
+
+def _key_schema(k: ModelKey) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": _text(key_doc(k))}
+    if not _variant_schemas(k):  # else the table's `allOf` says what the value must be
+        out.update(_value_schema(k))
+    return out
+
+
+def _conditions(model: type[MorelloTable] | type[KernelTable]) -> list[dict[str, Any]]:
+    """`allOf` entries for the keys whose form or presence depends on an earlier key."""
+    keys = model_keys(model)
+    defaults = {k.name: k.default for k in keys}
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        cases = _variant_schemas(k)
+        if cases:
+            schema: dict[str, Any] = {"properties": {k.name: _value_schema(k)}}
+            for on, values, vs in reversed(cases):
+                schema = {
+                    "if": _when(on, values),
+                    "then": {"properties": {k.name: vs}},
+                    "else": schema,
+                }
+            out.append(schema)
+    only: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for k in keys:
+        if k.info.only_with is not None:
+            on, allowed = k.info.only_with
+            # An absent `on` is its default, which must be allowed (`Key.only_with`).
+            assert defaults[on] in allowed, (k.name, on)
+            only.setdefault(k.info.only_with, []).append(k.name)
+    for (on, allowed), names in only.items():
+        out.append(
+            {
+                "if": _when(on, allowed, negate=True),
+                "then": {"not": {"anyOf": [{"required": [n]} for n in names]}},
+            }
+        )
     return out
 
 
@@ -125,8 +184,10 @@ def _table_schema(model: type[MorelloTable] | type[KernelTable]) -> dict[str, An
     required = [k.name for k in keys if k.required]
     if required:
         out["required"] = required
-    if model.EXCLUSIVE:
-        out["allOf"] = [{"not": {"required": list(group)}} for group in model.EXCLUSIVE]
+    all_of = [{"not": {"required": list(group)}} for group in model.EXCLUSIVE]
+    all_of += _conditions(model)
+    if all_of:
+        out["allOf"] = all_of
     return out
 
 
@@ -191,6 +252,17 @@ def _type_text(tp: Any, k: ModelKey) -> str:
     raise TypeError(f"{k.name}: no type text for {tp!r}")
 
 
+def _type_text_variants(k: ModelKey) -> str:
+    """The type column: the key's type, then each variant's where it differs."""
+    base = _type_text(k.type, k)
+    parts = [base]
+    for v in k.info.variants:
+        text = _type_text(k.type, dataclasses.replace(k, info=v.key))
+        if text != base:
+            parts.append(f"{text} for {v.label}")
+    return "; ".join(parts)
+
+
 def _default_text(k: ModelKey) -> str:
     if k.info.default_doc is not None:
         return k.info.default_doc
@@ -216,9 +288,9 @@ def docs_table() -> str:
         for k in model_keys(model):
             cells = (
                 f"`{k.name}`",
-                _type_text(k.type, k),
+                _type_text_variants(k),
                 _default_text(k),
-                _text(k.info.doc),
+                _text(key_doc(k)),
             )
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")

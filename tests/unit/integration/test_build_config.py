@@ -69,7 +69,87 @@ def test_standalone_morello_toml(tmp_path: Path) -> None:
     assert cfg.kernels[0].shape == (1, 2, 3, 4) and cfg.targets == ("native",)
 
 
+ROWS = """
+[tool.morello]
+target = "avx2"
+
+[[tool.morello.kernel]]
+name = "sm"
+op = "softmax"
+shape = [32, 2048]
+
+[[tool.morello.kernel]]
+name = "gelu_b"
+op = "gelu"
+shape = [16, 256]
+dtype = "bf16"
+threads = 2
+target = ["avx512", "avx2"]
+tune = "zen3"
+"""
+
+
+def test_row_ops_load(tmp_path: Path) -> None:
+    """A row op: shape [rows, n], dtype of x, threads/target/tune; the matmul-only fields
+    keep their defaults; `gelu` is the erf form."""
+    from morello_build.api import row_spec_text
+
+    sm, gelu = load_config(_write(tmp_path, ROWS)).kernels
+    assert (sm.op, sm.shape, sm.dtype, sm.threads, sm.targets) == (
+        "softmax",
+        (32, 2048),
+        "f32",
+        1,
+        ("avx2",),
+    )
+    assert sm.is_row_op and sm.kind == "softmax" and sm.schedule is None and not sm.batched
+    assert sm.spec_text() == "Softmax(32x2048, f32:GL:row, f32:GL:row, serial)"
+    assert (gelu.op, gelu.kind, gelu.dtype, gelu.threads) == ("gelu", "gelu_erf", "bf16", 2)
+    assert gelu.targets == ("avx512", "avx2") and gelu.tune == "zen3"
+    assert gelu.spec_text() == "GeluErf(16x256, bf16:GL:row, f32:GL:row)"
+    assert gelu.spec_text() == row_spec_text("gelu_erf", 16, 256, dtype="bf16", threads=2)
+    x, out = decl_operands(gelu)
+    assert (x.name, x.shape, x.dtype, x.order, x.role) == ("x", (16, 256), "bf16", (0, 1), "in")
+    assert (out.name, out.shape, out.dtype, out.role) == ("out", (16, 256), "f32", "out")
+
+
+@pytest.mark.parametrize(
+    ("op", "kind"),
+    [
+        ("softmax", "Softmax"),
+        ("relu", "Relu"),
+        ("gelu", "GeluErf"),
+        ("gelu_erf", "GeluErf"),
+        ("gelu_tanh", "GeluTanh"),
+        ("silu", "Silu"),
+        ("exp", "Exp"),
+    ],
+)
+def test_every_row_op_means_its_shorthand(tmp_path: Path, op: str, kind: str) -> None:
+    """Each `op` is the shorthand of the same name (`morello synth <op> 4x8`)."""
+    from morello_build.integration.shorthand import expand_spec
+
+    text = f'[[kernel]]\nname = "k"\nop = "{op}"\nshape = [4, 8]\n'
+    (decl,) = load_config(_write(tmp_path, text, "morello.toml")).kernels
+    assert decl.spec_text() == f"{kind}(4x8, f32:GL:row, f32:GL:row, serial)"
+    assert decl.spec_text() == expand_spec(f"{op} 4x8").text
+
+
+def test_row_op_stamp_round_trip(tmp_path: Path) -> None:
+    """The declaration stamp CMake's configure writes gives back the same row-op kernel."""
+    from morello_build.integration.generate import KernelRequest, request_doc, request_from_doc
+
+    gelu = load_config(_write(tmp_path, ROWS)).kernels[1]
+    req = KernelRequest("gelu_b", ("avx512", "avx2"), decl=gelu, tune="zen3")
+    back, verify, deps = request_from_doc(
+        json.loads(json.dumps(request_doc(req, fingerprint="f", verify=True)))
+    )
+    assert back.decl == gelu and back.spec_text() == gelu.spec_text()
+    assert verify and deps == []
+
+
 K = '[tool.morello]\n[[tool.morello.kernel]]\nname = "mm1"\n'
+R = '[tool.morello]\n[[tool.morello.kernel]]\nname = "sm"\nop = "softmax"\n'
 P = "pyproject.toml: [tool.morello.kernel]"
 
 # (file text, exact expected message); the file is written as pyproject.toml.
@@ -177,7 +257,68 @@ CASES: list[tuple[str, str, str]] = [
     (
         "bad_op",
         K + 'shape = [1, 2, 3]\nop = "conv"\n',
-        f'{P} "mm1": op: expected "matmul", got "conv"',
+        f'{P} "mm1": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
+        '"gelu_tanh", "silu", "exp", got "conv"',
+    ),
+    # Row operations (issue 35): shape [rows, n], dtype of x, no matmul-only keys.
+    (
+        "row_three_dims",
+        R + "shape = [8, 512, 4]\n",
+        f'{P} "sm": shape: expected 2 positive integers [rows, n], got [8, 512, 4]',
+    ),
+    (
+        "row_zero_dim",
+        R + "shape = [0, 512]\n",
+        f'{P} "sm": shape: expected 2 positive integers [rows, n], got [0, 512]',
+    ),
+    ("row_missing_shape", R, f'{P} "sm": shape: missing (expected [rows, n])'),
+    (
+        "row_huge_dim",
+        R + "shape = [2147483648, 1]\n",
+        f'{P} "sm": shape: dimension 2147483648 is over the limit of 2147483647 (2^31 - 1); '
+        "see docs/limits.md",
+    ),
+    (
+        "row_too_big",
+        R + "shape = [2147483647, 2147483647]\n",
+        f'{P} "sm": shape: [2147483647, 2147483647]: the operands take 3.69e19 bytes '
+        "together, over the limit of 128 TiB (2^47 bytes: all an x86-64 process can address); "
+        "see docs/limits.md",
+    ),
+    (
+        "row_bad_dtype",
+        R + 'shape = [8, 512]\ndtype = "f16"\n',
+        f'{P} "sm": dtype: expected "f32" or "bf16" (the type of x; out is f32), got "f16"',
+    ),
+    (
+        "row_layouts",
+        R + 'shape = [8, 512]\nlayouts = ["row", "row", "row"]\n',
+        f'{P} "sm": layouts: applies to op = "matmul" only, not to op = "softmax"',
+    ),
+    (
+        "row_dtypes",
+        R + 'shape = [8, 512]\ndtypes = ["f32", "f32", "f32"]\n',
+        f'{P} "sm": dtypes: applies to op = "matmul" only, not to op = "softmax"',
+    ),
+    (
+        "row_accumulate",
+        R.replace("softmax", "gelu") + "shape = [8, 512]\naccumulate = false\n",
+        f'{P} "sm": accumulate: applies to op = "matmul" only, not to op = "gelu"',
+    ),
+    (
+        "row_schedule",
+        R.replace("softmax", "silu") + 'shape = [8, 512]\nschedule = "m:f"\n',
+        f'{P} "sm": schedule: applies to op = "matmul" only, not to op = "silu"',
+    ),
+    (
+        "row_threads",
+        R + "shape = [8, 512]\nthreads = 0\n",
+        f'{P} "sm": threads: expected an integer from 1 to 1024, got 0',
+    ),
+    (
+        "matmul_two_dims_says_matmul",
+        K + 'op = "matmul"\nshape = [8, 512]\n',
+        f'{P} "mm1": shape: expected 3 or 4 positive integers, got [8, 512]',
     ),
     (
         "bad_target",

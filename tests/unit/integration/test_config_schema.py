@@ -76,6 +76,24 @@ def test_docs_name_every_allowed_value() -> None:
         assert f"| `{tune}` |" in tunings
 
 
+def test_conditions_name_earlier_keys() -> None:
+    """A key's variants and `only_with` depend on keys the loader has checked before it."""
+    for model in (MorelloTable, KernelTable):
+        names = [k.name for k in model_keys(model)]
+        for i, k in enumerate(model_keys(model)):
+            ons = [v.on for v in k.info.variants]
+            ons += [k.info.only_with[0]] if k.info.only_with else []
+            assert all(on in names[:i] for on in ons), (k.name, ons)
+
+
+def test_docs_name_every_op() -> None:
+    from morello_build.integration.config_model import OPS
+
+    doc = next(k for k in model_keys(KernelTable) if k.name == "op").info.doc
+    for op in OPS:
+        assert f'`"{op}"`' in doc
+
+
 def test_schema_lists_the_loader_keys() -> None:
     top = schema.json_schema()
     assert list(top["properties"]) == [
@@ -120,9 +138,24 @@ accumulate = true
 threads = 2
 tune = "native"
 schedule = "my_pkg.schedules:tile_mm"
+
+[[kernel]]
+name = "sm"
+op = "softmax"
+shape = [32, 2048]
+
+[[kernel]]
+name = "gelu_b"
+op = "gelu"
+shape = [16, 256]
+dtype = "bf16"
+threads = 2
+target = ["avx2", "x86-64"]
+tune = "zen3"
 """
 
 K = '[[kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
+ROW = '[[kernel]]\nname = "sm"\nop = "softmax"\nshape = [8, 16]\n'
 
 #: Documents the loader rejects for an unknown key, a value not allowed or a wrong type:
 #: the schema must reject each one too. (Not a float dim such as 4.0: JSON schema counts it
@@ -159,6 +192,17 @@ REJECTED = [
     K + 'tune = ["zen3"]\n',
     K + 'schedule = "not a callable"\n',
     K + 'schedule = ".rel:f"\n',
+    # Row operations: shape [rows, n]; the matmul-only keys are refused.
+    ROW.replace("[8, 16]", "[4, 4, 4]"),
+    ROW.replace("[8, 16]", "[4]"),
+    ROW.replace("[8, 16]", "[0, 16]"),
+    ROW.replace("[8, 16]", "[2147483648, 1]"),
+    ROW + 'layouts = ["row", "row", "row"]\n',
+    ROW + "accumulate = false\n",
+    ROW + 'dtypes = ["f32", "f32", "f32"]\n',
+    ROW + 'schedule = "m:f"\n',
+    ROW + 'dtype = "f16"\n',
+    ROW.replace("softmax", "gelu_exact"),
 ]
 
 
@@ -204,8 +248,18 @@ def test_schema_rejects_what_the_loader_rejects(validator: Any, text: str) -> No
 
 _VALUES: dict[str, list[Any]] = {
     "name": ["mm", "k2", "float", "main", "_x", "", 7],
-    "op": ["matmul", "conv"],
-    "shape": [[4, 4, 4], [2, 3, 4, 5], [4], [0, 4, 4], [2**31, 1, 1], [10**6] * 3],
+    "op": ["matmul", "conv", "softmax", "gelu", "exp"],
+    "shape": [
+        [4, 4, 4],
+        [2, 3, 4, 5],
+        [4],
+        [0, 4, 4],
+        [2**31, 1, 1],
+        [10**6] * 3,
+        [8, 16],
+        [2**31 - 1] * 2,
+        [0, 16],
+    ],
     "dtype": ["f32", "bf16", "f16"],
     "dtypes": [["f32", "f32", "f32"], ["bf16", "bf16", "f32"], ["bf16", "f32", "f32"]],
     "layouts": [["row", "col", "row"], ["col"] * 3, ["row"]],
