@@ -311,6 +311,7 @@ def _produce(
         ]
     manifest: dict[str, Any] = {
         "name": req.name,
+        "op": first.op,  # the Spec kind: "matmul", "softmax", "gelu_erf", ...
         "spec": spec,
         "isas": list(req.isas),
         "tune": req.tune,

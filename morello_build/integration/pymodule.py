@@ -1,4 +1,5 @@
-"""Generate a CPython extension module exposing kernels as ``name(a, b, out=None)``.
+"""Generate a CPython extension module exposing kernels as ``name(a, b, out=None)`` (a matmul)
+or ``name(x, out=None)`` (a row op: softmax, gelu, ...).
 
 Plain C over the buffer protocol (no pybind11, no numpy headers), so the module can be built
 against the stable ABI (3.11+) and works with any buffer exporter. numpy is imported only to
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from morello_build.codegen.abi import OperandABI
-from morello_build.integration.config import KernelDecl, decl_operands
+from morello_build.integration.config import ROW_OPS, KernelDecl, decl_operands
 from morello_build.machine import isa as isa_mod
 
 _NP_DTYPE = {"f32": "float32", "bf16": "uint16"}
@@ -137,17 +138,24 @@ def module_source(module: str, kernels: Sequence[ModuleKernel]) -> str:
 
 
 def _info_value(kernels: Sequence[ModuleKernel]) -> tuple[str, str]:
-    """Py_BuildValue format and arguments of {name: {shape, dtype, layouts, ...}}."""
+    """Py_BuildValue format and arguments of {name: {op, shape, dtype, ...}}: a matmul's
+    shape is (b, m, k, n) and it has layouts, accumulate and batched too; a row op's shape
+    is (rows, n)."""
     fmt: list[str] = []
     args: list[str] = []
     for mk in kernels:
         d = mk.decl
         isas = "(" + "s" * len(mk.isas) + ")"
-        fmt.append(f"s:{{s:(iiii),s:s,s:(sss),s:O,s:i,s:{isas},s:O}}")
-        args += [f'"{d.name}"', '"shape"', *map(str, d.shape), '"dtype"', f'"{d.dtype}"']
+        shape = "(" + "i" * len(d.shape) + ")"
+        args += [f'"{d.name}"', '"op"', f'"{d.op}"', '"shape"', *map(str, d.shape)]
+        args += ['"dtype"', f'"{d.dtype}"']
+        args += ['"threads"', str(d.threads), '"isas"', *(f'"{i}"' for i in mk.isas)]
+        if d.is_row_op:
+            fmt.append(f"s:{{s:s,s:{shape},s:s,s:i,s:{isas}}}")
+            continue
+        fmt.append(f"s:{{s:s,s:{shape},s:s,s:i,s:{isas},s:(sss),s:O,s:O}}")
         args += ['"layouts"', *(f'"{x}"' for x in d.layouts)]
         args += ['"accumulate"', "Py_True" if d.accumulate else "Py_False"]
-        args += ['"threads"', str(d.threads), '"isas"', *(f'"{i}"' for i in mk.isas)]
         args += ['"batched"', "Py_True" if d.batched else "Py_False"]
     return "{" + ",".join(fmt) + "}", ", ".join(args)
 
@@ -159,23 +167,47 @@ def _cpu_check(mk: ModuleKernel) -> str:
     return isa_mod.runtime_condition(mk.isas[0])
 
 
+#: What a row op computes, for its docstring (keys: `ROW_OPS`).
+_ROW_WHAT = {
+    "softmax": "out = softmax(x) along each row (exp(x - max) / their sum)",
+    "relu": "out = max(x, 0)",
+    "gelu": "out = 0.5 x (1 + erf(x / sqrt(2)))",
+    "gelu_erf": "out = 0.5 x (1 + erf(x / sqrt(2)))",
+    "gelu_tanh": "out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
+    "silu": "out = x / (1 + exp(-x))",
+    "exp": "out = exp(x)",
+}
+assert set(_ROW_WHAT) == set(ROW_OPS)
+
+
+def _labels(d: KernelDecl) -> tuple[str, ...]:
+    """Python parameter names of the kernel's operands, out last (as `decl_operands`)."""
+    return ("x", "out") if d.is_row_op else ("a", "b", "out")
+
+
 def _doc(mk: ModuleKernel) -> str:
     d = mk.decl
-    a, b, c = decl_operands(d)
-    op = "out += a @ b" if d.accumulate else "out = a @ b"
+    ops = decl_operands(d)
+    labels = _labels(d)
+    matmul = "out += a @ b" if d.accumulate else "out = a @ b"
+    what = _ROW_WHAT[d.op] if d.is_row_op else matmul
     alloc = "zeros" if d.accumulate else "a new array"
+    described = "; ".join(_describe(o, label) for o, label in zip(ops, labels, strict=True))
     return (
-        f"{d.name}(a, b, out=None) -> out\n\n"
-        f"{op}, computed by a kernel synthesized by morello-build for {', '.join(mk.isas)}.\n"
-        f"{_describe(a, 'a')}; {_describe(b, 'b')}; {_describe(c, 'out')} (allocated as {alloc} when omitted).\n"
+        f"{d.name}({', '.join(labels[:-1])}, out=None) -> out\n\n"
+        f"{what}, computed by a kernel synthesized by morello-build for {', '.join(mk.isas)}.\n"
+        f"{described} (allocated as {alloc} when omitted).\n"
         "Releases the GIL while it runs."
     )
 
 
 def _kernel_block(mk: ModuleKernel) -> str:
     d = mk.decl
-    a, b, c = decl_operands(d)
-    params = ", ".join(o.c_param() for o in (a, b, c))
+    ops = decl_operands(d)
+    labels = _labels(d)
+    count = len(ops)
+    c = ops[-1]
+    params = ", ".join(o.c_param() for o in ops)
     phys_shape = [c.shape[i] for i in c.order]
     phys = ", ".join(str(s) for s in phys_shape)
     axes = _transpose_axes(c)
@@ -185,14 +217,19 @@ def _kernel_block(mk: ModuleKernel) -> str:
         else ('Py_BuildValue("(' + "i" * len(axes) + ')", ' + ", ".join(map(str, axes)) + ")")
     )
     n = d.name
+    inits = "".join(
+        f"    {_operand_init(o, label, o is c)},\n" for o, label in zip(ops, labels, strict=True)
+    )
+    kwlist = ", ".join(f'"{label}"' for label in labels)
+    objs = ", ".join(["NULL"] * (count - 1) + ["Py_None"])
+    refs = ", ".join(f"&objs[{i}]" for i in range(count))
+    inputs = " or ".join(labels[:-1])
+    call = ", ".join(f"({o.c_type} *)views[{i}].buf" for i, o in enumerate(ops))
     return f"""
 void {n}({params});
 static int morello_ok_{n};
-static const morello_operand morello_ops_{n}[3] = {{
-    {_operand_init(a, "a", False)},
-    {_operand_init(b, "b", False)},
-    {_operand_init(c, "out", True)},
-}};
+static const morello_operand morello_ops_{n}[{count}] = {{
+{inits}}};
 
 static PyObject *morello_alloc_{n}(void)
 {{
@@ -207,34 +244,34 @@ static PyObject *morello_alloc_{n}(void)
 
 static PyObject *morello_py_{n}(PyObject *self, PyObject *args, PyObject *kwargs)
 {{
-    static char *kwlist[] = {{"a", "b", "out", NULL}};
-    PyObject *objs[3] = {{NULL, NULL, Py_None}};
-    Py_buffer views[3];
+    static char *kwlist[] = {{{kwlist}, NULL}};
+    PyObject *objs[{count}] = {{{objs}}};
+    Py_buffer views[{count}];
     PyObject *result;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:{n}", kwlist, &objs[0], &objs[1], &objs[2]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "{"O" * (count - 1)}|O:{n}", kwlist, {refs}))
         return NULL;
     if (!morello_ok_{n}) {{
         PyErr_SetString(PyExc_RuntimeError, "{n}: built for {mk.isas[0]}, which this CPU does not support");
         return NULL;
     }}
-    if (objs[2] == Py_None) {{
+    if (objs[{count - 1}] == Py_None) {{
         result = morello_alloc_{n}();
     }} else {{
-        result = objs[2];
+        result = objs[{count - 1}];
         Py_INCREF(result);
     }}
     if (result == NULL)
         return NULL;
-    objs[2] = result;
-    if (morello_get_views("{n}", objs, morello_ops_{n}, views) < 0) {{
+    objs[{count - 1}] = result;
+    if (morello_get_views("{n}", objs, morello_ops_{n}, {count}, "{inputs}", views) < 0) {{
         Py_DECREF(result);
         return NULL;
     }}
     Py_BEGIN_ALLOW_THREADS
-    {n}(({a.c_type} *)views[0].buf, ({b.c_type} *)views[1].buf, ({c.c_type} *)views[2].buf);
+    {n}({call});
     Py_END_ALLOW_THREADS
-    morello_release_views(views);
+    morello_release_views(views, {count});
     return result;
 }}
 """
@@ -359,10 +396,10 @@ static int morello_get_view(const char *fn, PyObject *obj, const morello_operand
     return 0;
 }
 
-static void morello_release_views(Py_buffer *views)
+static void morello_release_views(Py_buffer *views, int count)
 {
     int i;
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < count; i++)
         PyBuffer_Release(&views[i]);
 }
 
@@ -372,20 +409,24 @@ static int morello_overlaps(const Py_buffer *x, const Py_buffer *y)
     return x0 < y0 + y->len && y0 < x0 + x->len;
 }
 
-static int morello_get_views(const char *fn, PyObject *const *objs, const morello_operand *ops, Py_buffer *views)
+/* Views of the `count` operands, out last; `inputs` names the others ("a or b"). */
+static int morello_get_views(const char *fn, PyObject *const *objs, const morello_operand *ops,
+                             int count, const char *inputs, Py_buffer *views)
 {
     int i;
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < count; i++) {
         if (morello_get_view(fn, objs[i], &ops[i], &views[i]) < 0) {
             while (--i >= 0)
                 PyBuffer_Release(&views[i]);
             return -1;
         }
     }
-    if (morello_overlaps(&views[2], &views[0]) || morello_overlaps(&views[2], &views[1])) {
-        PyErr_Format(PyExc_ValueError, "%s: out must not share memory with a or b", fn);
-        morello_release_views(views);
-        return -1;
+    for (i = 0; i < count - 1; i++) {
+        if (morello_overlaps(&views[count - 1], &views[i])) {
+            PyErr_Format(PyExc_ValueError, "%s: out must not share memory with %s", fn, inputs);
+            morello_release_views(views, count);
+            return -1;
+        }
     }
     return 0;
 }

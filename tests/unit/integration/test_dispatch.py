@@ -37,9 +37,14 @@ SPEC = "Matmul(1x3x4x12, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 FLAGS = ("-O2", "-std=gnu99", "-Wall", "-Wextra", "-Werror", "-fPIC")
 
 
+#: A row op dispatches the same way (issue 35): softmax over rows of 21 (a partial vector).
+ROW_NAME = "smd"
+ROW_SPEC = "Softmax(5x21, f32:GL:row, f32:GL:row, serial)"
+
+
 @functools.cache
-def _generate(isas: tuple[str, ...]) -> KernelOutput:
-    return produce(KernelRequest(NAME, isas, spec=SPEC), verify=False)
+def _generate(isas: tuple[str, ...], name: str = NAME, spec: str = SPEC) -> KernelOutput:
+    return produce(KernelRequest(name, isas, spec=spec), verify=False)
 
 
 def _expected(isas: tuple[str, ...]) -> str | None:
@@ -54,16 +59,16 @@ def _compiler(cc: str) -> str:
     return path
 
 
-def _traced_wrappers(out: KernelOutput, isas: tuple[str, ...]) -> str:
+def _traced_wrappers(out: KernelOutput, isas: tuple[str, ...], name: str = NAME) -> str:
     """C defining `traced_<variant>` for each variant: record the ISA, call the variant."""
     files = dict(out.contents)
     args = ", ".join(o["name"] for o in out.manifest["operands"])
-    lines = [f'#include "{variant_name(NAME, i)}.h"' for i in isas] + [
+    lines = [f'#include "{variant_name(name, i)}.h"' for i in isas] + [
         "const char *morello_test_chosen;",
         "int morello_test_calls;",
     ]
     for isa in isas:
-        fn = variant_name(NAME, isa)
+        fn = variant_name(name, isa)
         m = re.search(rf"^void {fn}\((.*)\);$", files[f"{fn}.h"], flags=re.M)
         assert m, f"no prototype of {fn} in its header"
         lines += [
@@ -77,16 +82,18 @@ def _traced_wrappers(out: KernelOutput, isas: tuple[str, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _objects(tmp: Path, cc: str, isas: tuple[str, ...]) -> list[Path]:
+def _objects(
+    tmp: Path, cc: str, isas: tuple[str, ...], name: str = NAME, spec: str = SPEC
+) -> list[Path]:
     """The kernel's files written out and compiled the way the CMake functions do, plus the
     traced wrappers."""
-    out = _generate(isas)
+    out = _generate(isas, name, spec)
     for fname, text in out.contents:
         (tmp / fname).write_text(text)
-    (tmp / "traced.c").write_text(_traced_wrappers(out, isas))
-    renames = [f"-D{variant_name(NAME, i)}=traced_{variant_name(NAME, i)}" for i in isas]
+    (tmp / "traced.c").write_text(_traced_wrappers(out, isas, name))
+    renames = [f"-D{variant_name(name, i)}=traced_{variant_name(name, i)}" for i in isas]
     jobs = [
-        (f.name, (*f.flags, *(renames if f.isa is None else ()))) for f in source_files(NAME, isas)
+        (f.name, (*f.flags, *(renames if f.isa is None else ()))) for f in source_files(name, isas)
     ]
     jobs.append(("traced.c", ()))
     objects = []
@@ -132,6 +139,40 @@ def test_dispatcher_calls_best_supported_variant(
         c = np.full((m, n), np.nan, dtype=np.float32)
         lib.mmd(a.ctypes.data, b.ctypes.data, c.ctypes.data)
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+        assert ctypes.c_int.in_dll(lib, "morello_test_calls").value == call
+    chosen = ctypes.c_char_p.in_dll(lib, "morello_test_chosen").value
+    assert chosen is not None and chosen.decode() == _expected(isas)
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_row_op_dispatcher_calls_best_supported_variant(tmp_path: Path, cc: str) -> None:
+    """A multi-ISA softmax: the dispatcher has the row op's `(x, out)` signature, picks the
+    best variant this host runs, and the result is numpy's softmax."""
+    compiler = _compiler(cc)
+    isas = ("avx512", "avx2", "x86-64")
+    so = tmp_path / f"lib{ROW_NAME}.so"
+    objects = _objects(tmp_path, compiler, isas, ROW_NAME, ROW_SPEC)
+    # -lm: the build links the kernel library into a host that has libm (Python here).
+    subprocess.run(
+        [compiler, "-shared", *map(str, objects), "-o", str(so), "-lm"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    header = (tmp_path / f"{ROW_NAME}.h").read_text()
+    assert f"void {ROW_NAME}(const float *restrict x, float *restrict out);" in header
+    lib = ctypes.CDLL(str(so))
+    fn = getattr(lib, ROW_NAME)
+    fn.argtypes = [ctypes.c_void_p] * 2
+    fn.restype = None
+    x = np.random.default_rng(3).standard_normal((5, 21), dtype=np.float32) * 4
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    for call in (1, 2):
+        out = np.full_like(x, np.nan)
+        fn(x.ctypes.data, out.ctypes.data)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=0)
         assert ctypes.c_int.in_dll(lib, "morello_test_calls").value == call
     chosen = ctypes.c_char_p.in_dll(lib, "morello_test_chosen").value
     assert chosen is not None and chosen.decode() == _expected(isas)
