@@ -357,6 +357,17 @@ def _cli_fixed() -> list[Case]:
         ([*gen, "--spec", "matmul 4x4x4", "--name", "mm", "--jobs", "0"], "--jobs"),
         ([*gen, "--spec", "matmul 4x4x4", "--name", "mm", "--jobs", "x"], "--jobs"),
         ([*gen, "--spec", "matmul 4x4x4 --threads 5000", "--name", "mm"], "--threads"),
+        # Row operations' shorthand (issue 35).
+        ([*gen, "--spec", "softmax 8x64x2", "--name", "sm"], "shape"),
+        ([*gen, "--spec", "softmax 8x64 --layout-b col", "--name", "sm"], "--layout-b"),
+        ([*gen, "--spec", "exp 8x8 --accumulate", "--name", "sm"], "--accumulate"),
+        ([*gen, "--spec", "gelu 0x8", "--name", "sm"], "shape"),
+        ([*gen, "--spec", "relu 8x8 --dtype f16", "--name", "sm"], "--dtype"),
+        ([*gen, "--spec", "silu 8x8 --threads 0", "--name", "sm"], "--threads"),
+        ([*gen, "--spec", "softmax 2147483648x1", "--name", "sm"], "dimension"),
+        ([*gen, "--spec", "softmax 2147483647x2147483647", "--name", "sm"], "limit"),
+        ([*gen, "--spec", "Softmax(8x8, f32:GL:row)", "--name", "sm"], "operand"),
+        ([*gen, "--spec", "gelu 8x8", "--name", "free"], "--name"),
         (
             [
                 *gen,
@@ -496,7 +507,7 @@ BAD_VALUES: dict[str, list[str]] = {
         '["avx2", 3]',
     ],
     "tune": ['"zen9"', "3", '""', '"Zen3"', '["zen3"]'],
-    "op": ['"conv"', "3", '"Matmul"', '""'],
+    "op": ['"conv"', "3", '"Matmul"', '""', '"Softmax"', '"gelu_exact"', '"gelu "', '["relu"]'],
     "schedule": ["3", "[]", '"os:get-cwd"', '".rel:f"', '"a b:c"', '":f"', '"os"'],
 }  # fmt: skip
 
@@ -560,6 +571,37 @@ def decl_cases() -> list[Case]:
         "shape:", must=('"mm"',))  # fmt: skip
     add("decl kernels", _decl([{"name": '"ok"', "shape": "[4, 4, 4]"}, {"name": '"free"', "shape": "[4, 4, 4]"}]),
         "name:", must=("#2",))  # fmt: skip
+    # Row operations (issue 35): shape [rows, n], dtype of x; the matmul-only keys refused.
+    row = {"name": '"sm"', "op": '"softmax"', "shape": "[8, 64]"}
+    for v in (
+        "[8, 64, 2]", "[4, 8, 64, 2]", "[8]", "[]", "[0, 64]", "[8, -1]", '"8x64"', "[8.0, 64]",
+        "[true, 64]", "[2147483648, 1]", "[2147483647, 2147483647]",
+    ):  # fmt: skip
+        add("decl row op", _decl([{**row, "shape": v}]), "shape:", must=('"sm"',))
+    add("decl row op", _decl([{"name": '"sm"', "op": '"relu"'}]), "shape:",
+        must=('"sm"', "[rows, n]"))  # fmt: skip
+    for key, v in (
+        ("layouts", '["row", "row", "row"]'), ("layouts", '["row", "col", "row"]'),
+        ("layouts", '"row"'), ("dtypes", '["f32", "f32", "f32"]'),
+        ("dtypes", '["bf16", "bf16", "f32"]'), ("accumulate", "false"), ("accumulate", "true"),
+        ("schedule", '"os:getcwd"'), ("schedule", '"not a ref"'),
+    ):  # fmt: skip
+        for op in ("softmax", "gelu", "exp"):
+            add("decl row op", _decl([{**row, "op": f'"{op}"', key: v}]), f"{key}:",
+                must=('"sm"', 'op = "matmul" only', f'op = "{op}"'))  # fmt: skip
+    for v in ('"f16"', '"F32"', "16", '["bf16"]', '""'):
+        add("decl row op", _decl([{**row, "dtype": v}]), "dtype:", must=('"sm"', "type of x"))
+    for v in ("0", "1025", '"2"'):
+        add("decl row op", _decl([{**row, "threads": v}]), "threads:", must=('"sm"',))
+    for v in ('"avx1024"', '["native", "avx2"]'):
+        add("decl row op", _decl([{**row, "target": v}]), "target:", must=('"sm"',))
+    add("decl row op", _decl([{**row, "tune": '"zen9"'}]), "tune:", must=('"sm"',))
+    add("decl row op", _decl([{"name": '"ok"', "shape": "[4, 4, 4]"}, {**row, "shape": "[8]"}]),
+        "shape:", must=('"sm"',))  # fmt: skip
+    add("decl row op", _decl([{"name": '"ok"', "op": '"gelu"', "shape": "[4, 4]"},
+                              {**row, "accumulate": "true"}]),
+        "accumulate:", must=('"sm"',))  # fmt: skip
+    add("decl row op", _decl([row, {**row, "op": '"silu"'}]), "name:", must=("duplicate",))
     # The top level.
     kern = '[[tool.morello.kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
     for top, needle in (

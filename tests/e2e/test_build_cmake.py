@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -237,7 +238,15 @@ def test_python_module_bindings(tmp_path: Path, cache: Path) -> None:
     _run(["cmake", "--build", str(build)], env, tmp_path)
     (so,) = build.glob("kmod*.so")
     kmod = _load_module(so)
-    assert kmod.__morello_kernels__ == ("mm_row", "mm_col", "bmm_acc", "mv_bf16")
+    assert kmod.__morello_kernels__ == (
+        "mm_row",
+        "mm_col",
+        "bmm_acc",
+        "mv_bf16",
+        "sm_rows",
+        "gelu_bf16",
+        "silu_multi",
+    )
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4), dtype=np.float32)
     b = rng.standard_normal((4, 5), dtype=np.float32)
@@ -274,6 +283,36 @@ def test_python_module_bindings(tmp_path: Path, cache: Path) -> None:
         kmod.mm_row(a)
     assert "mm_row(a, b, out=None) -> out" in kmod.mm_row.__doc__
     assert kmod.__morello_info__["mv_bf16"]["isas"] == ("avx512", "avx2", "x86-64")
+
+    # Row operations (issue 35): name(x, out=None) -> out, against numpy in float64.
+    x = rng.standard_normal((8, 200), dtype=np.float32) * 4
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(kmod.sm_rows(x), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    xs = rng.standard_normal((3, 17), dtype=np.float32)
+    out = np.empty((3, 17), np.float32)
+    assert kmod.silu_multi(xs, out=out) is out
+    np.testing.assert_allclose(out, xs / (1 + np.exp(-xs.astype(np.float64))), rtol=1e-5, atol=1e-6)
+    bits = rng.integers(0x3F00, 0x3F80, (4, 40), dtype=np.uint16)  # bf16 in [0.5, 1)
+    v = f(bits).astype(np.float64)
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    np.testing.assert_allclose(
+        kmod.gelu_bf16(bits), 0.5 * v * (1 + erf(v / math.sqrt(2))), rtol=1e-5
+    )
+    with pytest.raises(
+        ValueError, match=r"^sm_rows: x must have shape \(8, 200\), got \(8, 100\)$"
+    ):
+        kmod.sm_rows(x[:, :100])
+    with pytest.raises(TypeError, match=r"^gelu_bf16: x must have dtype bfloat16"):
+        kmod.gelu_bf16(bits.astype(np.float32))
+    assert kmod.sm_rows.__doc__.startswith("sm_rows(x, out=None) -> out")
+    assert kmod.__morello_info__["sm_rows"] == {
+        "op": "softmax",
+        "shape": (8, 200),
+        "dtype": "f32",
+        "threads": 1,
+        "isas": kmod.__morello_info__["mm_row"]["isas"],
+    }
 
 
 FAKE_CPU = """
@@ -476,6 +515,160 @@ def test_cmake_builds_the_c_that_morello_synth_prints(tmp_path: Path, cache: Pat
         assert (gen / f"{name}.h").read_bytes() == h.read_bytes(), name
         tune = "zen4" if "--tune" in words else native_tune()
         assert json.loads((gen / f"{name}.json").read_text())["tune"] == tune
+
+
+ROW_CHECK = r"""
+/* Row-op kernels from SPEC and from morello.toml against double-precision references. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sm_b.h"
+#include "gelu_k.h"
+#include "silu_d.h"
+
+static float x32[32 * 2048], out[32 * 2048];
+static uint16_t xb[32 * 2048];
+
+static float bits_to_f32(uint16_t v)
+{
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void fill(unsigned seed, int count)
+{
+    int i;
+    for (i = 0; i < count; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x32[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 12.0f;
+        xb[i] = (uint16_t)(0x3e00u + (seed >> 25)); /* bf16 values in [0.125, 2) */
+    }
+}
+
+static int report(const char *name, double worst)
+{
+    printf("%s: %s\n", name, worst <= 1e-5 ? "ok" : "FAIL");
+    if (worst > 1e-5)
+        fprintf(stderr, "%s: max rel err %.3g\n", name, worst);
+    return worst > 1e-5;
+}
+
+static double err(double got, double ref)
+{
+    return fabs(got - ref) / (fabs(ref) + 1e-1); /* rel, with a floor near 0 */
+}
+
+int main(void)
+{
+    int r, j, i, fails = 0;
+    double worst = 0.0;
+    fill(1u, 32 * 2048);
+    sm_b(xb, out);
+    for (r = 0; r < 32; r++) {
+        double m = -INFINITY, s = 0.0;
+        for (j = 0; j < 2048; j++)
+            m = fmax(m, bits_to_f32(xb[r * 2048 + j]));
+        for (j = 0; j < 2048; j++)
+            s += exp(bits_to_f32(xb[r * 2048 + j]) - m);
+        for (j = 0; j < 2048; j++) {
+            double ref = exp(bits_to_f32(xb[r * 2048 + j]) - m) / s;
+            worst = fmax(worst, fabs(out[r * 2048 + j] - ref) / ref);
+        }
+    }
+    fails += report("sm_b", worst);
+    worst = 0.0;
+    gelu_k(x32, out);
+    for (i = 0; i < 16 * 256; i++)
+        worst = fmax(worst, err(out[i], 0.5 * x32[i] * (1.0 + erf(x32[i] / sqrt(2.0)))));
+    fails += report("gelu_k", worst);
+    worst = 0.0;
+    silu_d(x32, out);
+    for (i = 0; i < 3 * 40; i++)
+        worst = fmax(worst, err(out[i], x32[i] / (1.0 + exp(-(double)x32[i]))));
+    fails += report("silu_d", worst);
+    return fails != 0;
+}
+"""
+
+
+def test_row_ops_build_link_and_run(tmp_path: Path, cache: Path) -> None:
+    """Row operations through CMake (issue 35): `morello_add_kernel(... SPEC "softmax 32x2048
+    --dtype bf16")` (the command line's shorthand) and `op = "gelu"` / a multi-ISA `op =
+    "silu"` in a morello.toml, verified at build time, linked into a C program that checks
+    them against libm in double; the C is byte for byte what `morello synth` prints."""
+    src = _project(
+        tmp_path / "src",
+        'morello_add_kernel(rows NAME sm_b SPEC "softmax 32x2048 --dtype bf16")\n'
+        "morello_add_kernels(cfg CONFIG morello.toml)\n"
+        "add_executable(check_rows check_rows.c)\n"
+        "target_link_libraries(check_rows PRIVATE rows cfg m)\n",
+        files={
+            "morello.toml": '[[kernel]]\nname = "gelu_k"\nop = "gelu"\nshape = [16, 256]\n'
+            '[[kernel]]\nname = "silu_d"\nop = "silu"\nshape = [3, 40]\n'
+            'target = ["avx512", "avx2", "x86-64"]\n',
+            "check_rows.c": ROW_CHECK,
+        },
+    )
+    env = _env(cache)
+    build = tmp_path / "build"
+    _run(
+        ["cmake", "-S", str(src), "-B", str(build), *_gen_args(),
+         f"-DMorelloBuild_DIR={_cmake_dir()}", f"-DMORELLO_PYTHON={sys.executable}",
+         "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror"],
+        env,
+        src,
+    )  # fmt: skip
+    out = _run(["cmake", "--build", str(build)], env, src).stdout
+    for name in ("sm_b", "gelu_k", "silu_d"):
+        assert re.search(rf"^{name}: .*; verified ", out, re.M), out
+    run = _run([str(build / "check_rows")], env, src)
+    assert run.stdout.split() == ["sm_b:", "ok", "gelu_k:", "ok", "silu_d:", "ok"], run.stderr
+    silu = json.loads((build / "morello" / "cfg" / "silu_d.json").read_text())
+    assert silu["op"] == "silu" and silu["dispatcher"] == "silu_d.c"
+    assert [f["isa"] for f in silu["functions"]] == ["avx512", "avx2", "x86-64"]
+    assert [o["name"] for o in silu["operands"]] == ["x", "out"]
+    for lib, name, words in (
+        ("rows", "sm_b", ["softmax", "32x2048", "--dtype", "bf16"]),
+        ("cfg", "gelu_k", ["gelu", "16x256"]),
+    ):
+        c, h = tmp_path / f"{name}.c", tmp_path / f"{name}.h"
+        _run(
+            [sys.executable, "-m", "morello_build", "synth", *words, "--format", "c",
+             "--name", name, "-o", str(c), "--header", str(h), "--quiet"],
+            env,
+            tmp_path,
+        )  # fmt: skip
+        gen = build / "morello" / lib
+        assert (gen / f"{name}.c").read_bytes() == c.read_bytes(), name
+        assert (gen / f"{name}.h").read_bytes() == h.read_bytes(), name
+
+
+def test_bad_row_op_declaration_fails_configure(tmp_path: Path, cache: Path) -> None:
+    """A matmul-only key with a row op stops configure with the loader's one line."""
+    src = _project(
+        tmp_path / "src",
+        "morello_add_kernels(cfg CONFIG morello.toml)\n",
+        files={
+            "morello.toml": '[[kernel]]\nname = "sm"\nop = "softmax"\nshape = [8, 64]\n'
+            'layouts = ["row", "row", "row"]\n'
+        },
+    )
+    proc = _run(
+        ["cmake", "-S", str(src), "-B", str(tmp_path / "b"), *_gen_args(),
+         f"-DMorelloBuild_DIR={_cmake_dir()}", f"-DMORELLO_PYTHON={sys.executable}"],
+        _env(cache),
+        src,
+        ok=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert '[kernel] "sm": layouts: applies to op = "matmul" only, not to op = "softmax"' in _flat(
+        proc.stderr
+    ), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def _cli_error(words: list[str], env: dict[str, str], cwd: Path) -> str:
