@@ -1,5 +1,6 @@
 /* Plain-C consumer of example_project's kernels: links the static kernel library that
- * morello_add_python_module builds and compares every kernel with a naive loop nest. */
+ * morello_add_python_module builds and compares every kernel with a naive loop nest (the
+ * row operations with libm in double). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +67,57 @@ static int check(const char *name, int m, int k, int n, int bf16,
     return bad;
 }
 
+/* A row operation over [rows, n] f32 x against `ref` (per row, in double): within 1e-5
+ * relative, plus 1e-6 absolute where gelu's result cancels to ~0. */
+static int check_rows(const char *name, int rows, int n, void (*run)(const float *, float *),
+                      void (*ref)(const float *, double *, int))
+{
+    float *x = malloc(sizeof(float) * (size_t)rows * (size_t)n);
+    float *out = malloc(sizeof(float) * (size_t)rows * (size_t)n);
+    double *want = malloc(sizeof(double) * (size_t)n);
+    unsigned s = 777u;
+    int i, r, bad = 0;
+    double worst = 0.0;
+    for (i = 0; i < rows * n; i++)
+        x[i] = rnd(&s) * 12.0f;
+    run(x, out);
+    for (r = 0; r < rows; r++) {
+        ref(x + (size_t)r * (size_t)n, want, n);
+        for (i = 0; i < n; i++) {
+            double got = out[(size_t)r * (size_t)n + (size_t)i];
+            double err = fabs(got - want[i]) / (fabs(want[i]) + 0.1);
+            if (err > worst)
+                worst = err;
+            if (fabs(got - want[i]) > 1e-5 * fabs(want[i]) + 1e-6)
+                bad = 1;
+        }
+    }
+    printf("%-12s %s (max rel err %.1e)\n", name, bad ? "FAIL" : "ok", worst);
+    free(x);
+    free(out);
+    free(want);
+    return bad;
+}
+
+static void softmax_ref(const float *x, double *out, int n)
+{
+    double m = -INFINITY, sum = 0.0;
+    int i;
+    for (i = 0; i < n; i++)
+        m = fmax(m, x[i]);
+    for (i = 0; i < n; i++)
+        sum += exp(x[i] - m);
+    for (i = 0; i < n; i++)
+        out[i] = exp(x[i] - m) / sum;
+}
+
+static void gelu_ref(const float *x, double *out, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        out[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+}
+
 /* Adapters with one signature, so check() can call any kernel. */
 static void run_mm64(const void *a, const void *b, float *c) { mm64(a, b, c); }
 static void run_mm_odd(const void *a, const void *b, float *c) { mm_odd(a, b, c); }
@@ -77,5 +129,7 @@ int main(void)
     fails += check("mm64", 64, 64, 64, 0, run_mm64);
     fails += check("matvec_bf16", 1, 2048, 4096, 1, run_matvec);
     fails += check("mm_odd", 7, 37, 30, 0, run_mm_odd);
+    fails += check_rows("softmax_rows", 8, 512, softmax_rows, softmax_ref);
+    fails += check_rows("gelu_rows", 16, 256, gelu_rows, gelu_ref);
     return fails != 0;
 }

@@ -6,15 +6,26 @@ import threading
 
 import numpy as np
 import pytest
-from example_project.reference import bf16_bits, inputs, reference, tolerance
+from example_project.reference import (
+    bf16_bits,
+    inputs,
+    reference,
+    row_close,
+    row_input,
+    row_reference,
+    tolerance,
+)
 
 from example_project import INFO, KERNELS
 
-NAMES = sorted(KERNELS)
+NAMES = sorted(n for n in KERNELS if INFO[n]["op"] == "matmul")
+ROW_NAMES = sorted(n for n in KERNELS if INFO[n]["op"] != "matmul")
 
 
 def test_all_declared_kernels_present() -> None:
     assert set(NAMES) == {"mm64", "matvec_bf16", "mm_odd"}
+    assert set(ROW_NAMES) == {"softmax_rows", "gelu_rows"}
+    assert INFO["softmax_rows"]["op"] == "softmax" and INFO["gelu_rows"]["op"] == "gelu"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -110,3 +121,48 @@ def test_threads_run_concurrently_without_corruption() -> None:
     assert len(results) == 20
     for r in results:
         np.testing.assert_array_equal(r, want)
+
+
+# -- row operations: name(x, out=None) -> out ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_row_op_matches_numpy(name: str, seed: int) -> None:
+    info = INFO[name]
+    x = row_input(info, seed)
+    out = KERNELS[name](x)  # type: ignore[operator]
+    want = row_reference(info, x)
+    assert out.dtype == np.float32 and out.shape == want.shape == tuple(info["shape"])
+    assert row_close(out, want), np.abs(out - want).max()
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_row_op_fills_out(name: str) -> None:
+    info = INFO[name]
+    x = row_input(info, 2)
+    out = np.full(tuple(info["shape"]), np.nan, dtype=np.float32)
+    assert KERNELS[name](x, out=out) is out  # type: ignore[operator]
+    assert row_close(out, row_reference(info, x))
+
+
+def test_softmax_rows_sum_to_one() -> None:
+    x = row_input(INFO["softmax_rows"], 3) * 100  # large values: max-subtracted, no overflow
+    out = KERNELS["softmax_rows"](x)  # type: ignore[operator]
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_row_op_bad_arguments() -> None:
+    sm = KERNELS["softmax_rows"]
+    with pytest.raises(
+        ValueError, match=r"softmax_rows: x must have shape \(8, 512\), got \(8, 256\)"
+    ):
+        sm(np.zeros((8, 256), np.float32))  # type: ignore[operator]
+    with pytest.raises(TypeError, match="softmax_rows: x must have dtype float32"):
+        sm(np.zeros((8, 512), np.float64))  # type: ignore[operator]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        sm(np.zeros((512, 8), np.float32).T)  # type: ignore[operator]
+    x = np.zeros((8, 512), np.float32)
+    with pytest.raises(ValueError, match="softmax_rows: out must not share memory with x"):
+        sm(x, out=x)  # type: ignore[operator]

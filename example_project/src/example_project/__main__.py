@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 # Kernels run on one core: give numpy's BLAS one core too (unless the caller chose otherwise).
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -13,7 +14,19 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from example_project import INFO, KERNELS  # noqa: E402
-from example_project.reference import as_f32, inputs  # noqa: E402
+from example_project.reference import (  # noqa: E402
+    as_f32,
+    gelu_numpy,
+    inputs,
+    row_input,
+    softmax,
+)
+
+#: What numpy is timed with for each row operation (float32, same values).
+_NUMPY_ROW_OPS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "softmax": softmax,
+    "gelu": gelu_numpy,
+}
 
 
 def _best_seconds(fn: Callable[[], object], budget: float = 0.3) -> float:
@@ -29,25 +42,41 @@ def _best_seconds(fn: Callable[[], object], budget: float = 0.3) -> float:
     return best
 
 
+def _matmul_line(name: str, kernel: Any, info: dict[str, Any]) -> tuple[str, float, float, str]:
+    a, b = inputs(info)
+    out = kernel(a, b)
+    t_kernel = _best_seconds(lambda: kernel(a, b, out))
+    # numpy has no bf16 matmul: time it on the same values in float32.
+    af, bf = as_f32(a, str(info["dtype"])), as_f32(b, str(info["dtype"]))
+    ref = np.empty_like(out)
+    t_numpy = _best_seconds(lambda: np.matmul(af, bf, out=ref))
+    bb, m, k, n = info["shape"]
+    return f"({bb},{m},{k},{n})", t_kernel, t_numpy, f"{2.0 * bb * m * k * n / t_kernel / 1e9:.1f}"
+
+
+def _row_line(name: str, kernel: Any, info: dict[str, Any]) -> tuple[str, float, float, str]:
+    x = row_input(info)
+    out = kernel(x)
+    t_kernel = _best_seconds(lambda: kernel(x, out))
+    xf = as_f32(x, str(info["dtype"]))
+    numpy_op = _NUMPY_ROW_OPS[str(info["op"])]
+    t_numpy = _best_seconds(lambda: numpy_op(xf))
+    rows, n = info["shape"]
+    return f"{info['op']} ({rows},{n})", t_kernel, t_numpy, "-"
+
+
 def main() -> int:
     print(
-        f"{'kernel':<14}{'shape (b,m,k,n)':<22}{'dtype':<7}{'morello us':>12}{'numpy us':>12}{'GFLOP/s':>10}{'speedup':>9}"
+        f"{'kernel':<14}{'shape':<22}{'dtype':<7}{'morello us':>12}{'numpy us':>12}"
+        f"{'GFLOP/s':>10}{'speedup':>9}"
     )
     for name, kernel in KERNELS.items():
         info = INFO[name]
-        a, b = inputs(info)
-        out = kernel(a, b)  # type: ignore[operator]
-        t_kernel = _best_seconds(lambda kernel=kernel, a=a, b=b, out=out: kernel(a, b, out))  # type: ignore[misc]
-        # numpy has no bf16 matmul: time it on the same values in float32.
-        af, bf = as_f32(a, str(info["dtype"])), as_f32(b, str(info["dtype"]))
-        ref = np.empty_like(out)
-        t_numpy = _best_seconds(lambda af=af, bf=bf, ref=ref: np.matmul(af, bf, out=ref))
-        bb, m, k, n = info["shape"]  # type: ignore[misc]
-        gflops = 2.0 * bb * m * k * n / t_kernel / 1e9
-        shape = f"({bb},{m},{k},{n})"
+        line = _matmul_line if info["op"] == "matmul" else _row_line
+        shape, t_kernel, t_numpy, gflops = line(name, kernel, info)
         print(
-            f"{name:<14}{shape:<22}{info['dtype']!s:<7}{t_kernel * 1e6:>12.1f}{t_numpy * 1e6:>12.1f}"
-            f"{gflops:>10.1f}{t_numpy / t_kernel:>8.2f}x"
+            f"{name:<14}{shape:<22}{info['dtype']!s:<7}{t_kernel * 1e6:>12.1f}"
+            f"{t_numpy * 1e6:>12.1f}{gflops:>10}{t_numpy / t_kernel:>8.2f}x"
         )
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -57,3 +58,52 @@ def tolerance(info: dict[str, Any]) -> float:
     """Relative tolerance scaled by K (reductions in float32 accumulate error)."""
     k = info["shape"][2]
     return 1e-6 * max(k, 16)
+
+
+# -- row operations (x [rows, n] -> out [rows, n]) -----------------------------------------
+
+
+def row_input(info: dict[str, Any], seed: int = 0) -> Any:
+    """A random x in the dtype the kernel wants (values of a few units, both signs)."""
+    x = np.random.default_rng(seed).standard_normal(tuple(info["shape"]), dtype=np.float32) * 3
+    return bf16_bits(x) if info["dtype"] == "bf16" else x
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax along the last axis, in x's float type (max subtracted: no overflow)."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, erf form, in float64 (numpy has no erf: math.erf per element; exact, slow)."""
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    x64 = np.asarray(x, dtype=np.float64)
+    return 0.5 * x64 * (1.0 + erf(x64 / math.sqrt(2.0)))
+
+
+def gelu_numpy(x: np.ndarray) -> np.ndarray:
+    """GELU as one would write it in numpy (float32, erf by Abramowitz & Stegun 7.1.26,
+    |error| <= 1.5e-7): the benchmark's baseline, not a reference."""
+    z = np.abs(x) * np.float32(1.0 / math.sqrt(2.0))
+    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * z)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    erf = np.copysign(np.float32(1.0) - poly.astype(np.float32) * np.exp(-z * z), x)
+    return np.float32(0.5) * x * (np.float32(1.0) + erf)
+
+
+def row_reference(info: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    """The row operation of `info` on x, in float64."""
+    x64 = as_f32(x, info["dtype"]).astype(np.float64)
+    if info["op"] == "softmax":
+        return softmax(x64)
+    if info["op"] == "gelu":
+        return gelu(x64)
+    raise ValueError(f"no reference for op {info['op']!r}")
+
+
+def row_close(got: np.ndarray, want: np.ndarray) -> bool:
+    """Within 1e-5 relative (and 1e-6 absolute where gelu's result cancels to ~0)."""
+    return bool(np.all(np.abs(got - want) <= 1e-5 * np.abs(want) + 1e-6))
