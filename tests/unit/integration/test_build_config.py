@@ -745,3 +745,49 @@ def test_build_step_failure_lets_running_kernels_finish(
     assert out.startswith("ka: ")
     assert (out_dir / "ka.c").is_file() and (out_dir / ".stamp" / "ka.stamp").is_file()
     assert not (out_dir / "kc.c").exists() and "kernel kc" not in err
+
+
+def test_generate_row_ops_then_all_cache_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`morello generate` of row-op declarations: verified, written with a manifest that
+    names the op and the (x, out) operands; a second run (a fresh process would do the same)
+    replays every kernel from the synthesis cache and rewrites nothing."""
+    from morello_build.integration.commands import generate_main
+
+    monkeypatch.setenv("MORELLO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("MORELLO_NO_CACHE", raising=False)
+    text = (
+        'target = "native"\n'
+        '[[kernel]]\nname = "sm"\nop = "softmax"\nshape = [4, 96]\n'
+        '[[kernel]]\nname = "gt"\nop = "gelu_tanh"\nshape = [2, 40]\ndtype = "bf16"\n'
+        '[[kernel]]\nname = "ex"\nop = "exp"\nshape = [3, 9]\ntarget = ["avx2", "x86-64"]\n'
+    )
+    cfg = _write(tmp_path, text, "morello.toml")
+    out_dir = tmp_path / "o"
+    args = ["--config", str(cfg), "--out-dir", str(out_dir)]
+    assert generate_main(args) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in first] == ["sm", "gt", "ex"]
+    assert all("synthesized" in line for line in first), first
+    assert all("verified" in line or "not verified" in line for line in first), first
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    ops = {k["name"]: k["op"] for k in manifest["kernels"]}
+    assert ops == {"sm": "softmax", "gt": "gelu_tanh", "ex": "exp"}
+    gt = next(k for k in manifest["kernels"] if k["name"] == "gt")
+    assert [(o["name"], o["dtype"], o["role"]) for o in gt["operands"]] == [
+        ("x", "bf16", "in"),
+        ("out", "f32", "out"),
+    ]
+    assert (
+        "void gt(const uint16_t *MORELLO_RESTRICT x, float *MORELLO_RESTRICT out);"
+        in (out_dir / "gt.h").read_text()
+    )
+    assert {"ex.c", "ex__avx2.c", "ex__x86_64.c", "morello_kernels.h"} <= {
+        p.name for p in out_dir.iterdir()
+    }
+    mtimes = {p: p.stat().st_mtime_ns for p in out_dir.iterdir()}
+    assert generate_main(args) == 0
+    second = capsys.readouterr().out.splitlines()
+    assert all(": cache hit," in line for line in second), second
+    assert {p: p.stat().st_mtime_ns for p in out_dir.iterdir()} == mtimes
