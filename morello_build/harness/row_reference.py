@@ -89,21 +89,24 @@ def exact_in(x: NDArray[np.float64], dtype: str) -> NDArray[np.float64]:
 
 def compare_rows(
     values: NDArray[np.float64], bound: NDArray[np.float64], got: NDArray[np.float64]
-) -> tuple[bool, float, str]:
-    """(ok, max abs error, message): every element equal (infinities included, NaN where
-    the reference is NaN) or within its bound."""
-    with np.errstate(invalid="ignore"):
+) -> tuple[bool, float, float, str]:
+    """(ok, max abs error, largest error / bound, message): every element equal
+    (infinities included, NaN where the reference is NaN) or within its bound."""
+    with np.errstate(invalid="ignore", divide="ignore"):
         err = np.abs(got - values)
         same = (got == values) | (np.isnan(got) & np.isnan(values))
         bad = ~(same | (err <= bound))
+        used = np.where(same, 0.0, err / bound)
     finite = err[np.isfinite(err)]
     max_abs = float(np.max(finite, initial=0.0))
+    max_used = float(np.max(used, initial=0.0)) if not np.isnan(used).any() else float("inf")
     if not bad.any():
-        return True, max_abs, ""
+        return True, max_abs, max_used, ""
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     return (
         False,
         max_abs,
+        max_used,
         f"{int(bad.sum())} of {bad.size} elements wrong; first at {idx}: got {got[idx]!r}, "
         f"expected {values[idx]!r} +- {bound[idx]:.3g}",
     )
