@@ -66,8 +66,9 @@ def matmul_spec_text(
 
 
 def row_spec_text(kind: str, rows: int, n: int, *, dtype: str = "f32", threads: int = 1) -> str:
-    """Text of a row operation's Spec (`ir.spec.ROW_KINDS`, e.g. softmax along each row)
-    with x and out in main memory; `dtype="bf16"` means a bf16 x and an f32 out."""
+    """Text of a row operation's Spec (`ir.spec.USER_ROW_KINDS`: softmax along each row, an
+    activation, or x + b / x * b with b broadcast) with every operand in main memory;
+    `dtype="bf16"` means a bf16 x (b and out are f32)."""
     if kind not in USER_ROW_KINDS:
         raise SpecError(
             f"unknown row operation {kind!r}; expected one of {', '.join(USER_ROW_KINDS)}"
@@ -77,12 +78,15 @@ def row_spec_text(kind: str, rows: int, n: int, *, dtype: str = "f32", threads: 
     for what, v in (("rows", rows), ("n", n)):
         if not isinstance(v, int) or v <= 0:
             raise SpecError(f"{kind} {what} must be a positive integer, got {v!r}")
-    too_big = size_problem([(rows, n), (rows, n)], (2 if dtype == "bf16" else 4, 4))
+    row = ROW_KINDS[kind]
+    shapes = [tuple((rows, n)[d] for d in dims) for dims in row.dims]
+    sizes = [2 if dtype == "bf16" and p == "x" else 4 for p in row.params]
+    too_big = size_problem(shapes, sizes)
     if too_big:
         raise SpecError(f"{kind} {shape_text((rows, n))}: {with_doc(too_big)}")
     serial = ", serial" if threads <= 1 else ""
-    name = ROW_KINDS[kind].name
-    return f"{name}({rows}x{n}, {dtype}:GL:row, f32:GL:row{serial})"
+    ops = ", ".join(f"{dtype if p == 'x' else 'f32'}:GL:row" for p in row.params)
+    return f"{row.name}({rows}x{n}, {ops}{serial})"
 
 
 def resolve_target(name: str) -> str:

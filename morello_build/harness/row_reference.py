@@ -43,7 +43,6 @@ def hard_rows(
     shape: tuple[int, ...], rng: np.random.Generator, op: str, dtype: str
 ) -> NDArray[np.float64]:
     """Run-0 inputs (module docstring), as float64 values exact in `dtype`."""
-    rows, n = shape
     x = rng.uniform(-8.0, 8.0, size=shape)
     if op != "softmax":
         # Activations: both tails (exp near overflow and underflow, tanh/erf saturated),
@@ -53,6 +52,7 @@ def hard_rows(
         flat = x.reshape(-1)
         flat[: min(flat.size, edge.size)] = edge[: flat.size]
         return exact_in(x, dtype)
+    rows, n = shape
     for r in range(rows):
         kind = r % 4
         if kind == 0:
@@ -129,6 +129,17 @@ def softmax_reference(
     bound = ref * rel + SUBNORMAL_ABS * (1.0 + 1.0 / np.maximum(d, 1.0))
     row_bound = np.max(rel, axis=-1) * (1.0 + n * U) + n * SUBNORMAL_ABS
     return ref, bound, row_bound
+
+
+def broadcast_reference(
+    op: str, x: NDArray[np.float64], b: NDArray[np.float64]
+) -> tuple[NDArray[Any], NDArray[Any]]:
+    """(values, per-element bound) of x + b or x * b, b a row vector (`*_row`: length n,
+    the same for every row) or a column vector (`*_col`: one value per row). One f32
+    rounding: u |exact| (and an underflowed product's half ulp of 2^-149)."""
+    bb = b[None, :] if op.endswith("_row") else b[:, None]
+    ref = x + bb if op.startswith("add") else x * bb
+    return ref, U * np.abs(ref) + SUBNORMAL_ABS / 2
 
 
 def activation_reference(op: str, x: NDArray[np.float64]) -> tuple[NDArray[Any], NDArray[Any]]:

@@ -63,7 +63,7 @@ import signal
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,11 +99,13 @@ from morello_build.harness.compile import (
 from morello_build.harness.row_reference import (
     ROW_OPS,
     activation_reference,
+    broadcast_reference,
     compare_rows,
     hard_rows,
     random_rows,
     softmax_reference,
 )
+from morello_build.ir.spec import BROADCAST_KINDS
 from morello_build.machine.isa import ISA_FLAGS, host_supports
 
 __all__ = [
@@ -329,11 +331,15 @@ def _call_isolated(lib_path: Path, name: str, pointers: Sequence[int], timeout: 
 
 
 def check_rows(
-    op: str, x: NDArray[np.float64], got: NDArray[np.float64]
+    op: str, inputs: Mapping[str, NDArray[np.float64]], got: NDArray[np.float64]
 ) -> tuple[bool, float, float, str]:
     """(ok, max abs error, largest error / bound, message) of a row operation's output for
-    input `x`; softmax rows must also sum to 1 within their bound (a dropped or doubled
-    term fails there)."""
+    `inputs` (x, and b for a broadcast); softmax rows must also sum to 1 within their bound
+    (a dropped or doubled term fails there)."""
+    x = inputs["x"]
+    if op in BROADCAST_KINDS:
+        ref, bound = broadcast_reference(op, x, inputs["b"])
+        return compare_rows(ref, bound, got)
     if op != "softmax":
         ref, bound = activation_reference(op, x)
         return compare_rows(ref, bound, got)
@@ -386,9 +392,12 @@ def verify_kernel(
     float_matmul = abi.op == "matmul" and out.dtype in FLOAT_DTYPES
     row_op = abi.op in ROW_OPS
     if row_op:  # run 0 the hard cases, run 1 random (harness/row_reference.py)
-        x = abi.operands[0]
         inputs = [
-            {x.name: encode(x.dtype, make(x.shape, rng, abi.op, x.dtype))}
+            {
+                op.name: encode(op.dtype, make(op.shape, rng, abi.op, op.dtype))
+                for op in abi.operands
+                if op.is_input
+            }
             for make in (hard_rows, random_rows)
         ]
         expecteds = []
@@ -446,11 +455,13 @@ def verify_kernel(
                 out.dtype, from_physical(buffers[abi.operands.index(out)].array, out.order)
             )
             if row_op:
-                x = abi.operands[0]
                 # max_rel: the largest error as a fraction of its bound (tolerance 1)
-                ok, max_abs, max_rel, msg = check_rows(
-                    abi.op, decode(x.dtype, initial[x.name]), got
-                )
+                values = {
+                    op.name: decode(op.dtype, initial[op.name])
+                    for op in abi.operands
+                    if op.is_input
+                }
+                ok, max_abs, max_rel, msg = check_rows(abi.op, values, got)
             else:
                 ok, max_abs, max_rel, msg = compare_output(expecteds[run], got, out.dtype)
             worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)

@@ -18,7 +18,19 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from morello_build.errors import SpecError
-from morello_build.ir.spec import EXP, GELU_ERF, GELU_TANH, RELU, ROW_KINDS, SILU, SOFTMAX
+from morello_build.ir.spec import (
+    ADD_COL,
+    ADD_ROW,
+    EXP,
+    GELU_ERF,
+    GELU_TANH,
+    MUL_COL,
+    MUL_ROW,
+    RELU,
+    ROW_KINDS,
+    SILU,
+    SOFTMAX,
+)
 from morello_build.ir.text import parse_dims
 
 #: Shorthand names of row operations and the Spec kinds they mean (`gelu` is the erf form,
@@ -31,6 +43,10 @@ ROW_SHORTHANDS: dict[str, str] = {
     "gelu_tanh": GELU_TANH,
     "silu": SILU,
     "exp": EXP,
+    "add_row": ADD_ROW,
+    "add_col": ADD_COL,
+    "mul_row": MUL_ROW,
+    "mul_col": MUL_COL,
 }
 SHORTHAND_OPS = ("matmul", *ROW_SHORTHANDS)
 

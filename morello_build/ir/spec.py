@@ -45,6 +45,10 @@ GELU_TANH = "gelu_tanh"
 GELU_ERF = "gelu_erf"
 SILU = "silu"
 EXP = "exp"
+ADD_ROW = "add_row"
+ADD_COL = "add_col"
+MUL_ROW = "mul_row"
+MUL_COL = "mul_col"
 
 IN, OUT, INOUT = "in", "out", "inout"
 #: Roles of an accumulating reduction's reduced outputs (OUT when not accumulating).
@@ -65,6 +69,15 @@ class RowKind(NamedTuple):
 
 
 UNARY_KINDS = (RELU, GELU_TANH, GELU_ERF, SILU, EXP)
+#: x (+ or *) b, b broadcast: a row vector `[n]` over the rows (`_ROW` kinds, e.g. a bias)
+#: or a column vector `[rows]` along each row.
+BROADCAST_KINDS = (ADD_ROW, ADD_COL, MUL_ROW, MUL_COL)
+_BROADCAST = {
+    ADD_ROW: ("AddRow", (1,)),
+    ADD_COL: ("AddCol", (0,)),
+    MUL_ROW: ("MulRow", (1,)),
+    MUL_COL: ("MulCol", (0,)),
+}
 _UNARY_NAMES = {RELU: "Relu", GELU_TANH: "GeluTanh", GELU_ERF: "GeluErf", SILU: "Silu", EXP: "Exp"}
 
 _XMDO = ("x", "max", "denom", "out")
@@ -97,6 +110,10 @@ ROW_KINDS: dict[str, RowKind] = {
     ),
     DIVIDE_ROWS: RowKind("DivideRows", None, (_RED, _ROW), (IN, INOUT), ("denom", "out")),
     **{k: RowKind(n, None, (_ROW, _ROW), (IN, OUT), ("x", "out")) for k, n in _UNARY_NAMES.items()},
+    **{
+        k: RowKind(n, None, (_ROW, b, _ROW), (IN, IN, OUT), ("x", "b", "out"))
+        for k, (n, b) in _BROADCAST.items()
+    },
 }
 
 
@@ -111,7 +128,7 @@ def param_names(kind: str) -> tuple[str, ...]:
 
 
 #: Row operations a user declares (the others are parts of a softmax plan).
-USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS)
+USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS, *BROADCAST_KINDS)
 
 #: Reductions along the row (the scan dim, spec dim 1): tiled only along rows, split
 #: along the scan dim only when accumulating.
@@ -159,7 +176,7 @@ class LogicalSpec(NamedTuple):
             return 2 * self.volume
         if self.kind == SOFTMAX:
             return 5 * self.volume
-        if self.kind in UNARY_KINDS:
+        if self.kind in UNARY_KINDS or self.kind in BROADCAST_KINDS:
             return self.volume
         return 0
 

@@ -22,11 +22,15 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import (
+    ADD_COL,
+    ADD_ROW,
+    BROADCAST_KINDS,
     DIVIDE_ROWS,
     EXP,
     GELU_ERF,
     GELU_TANH,
     MAX,
+    MUL_COL,
     NEG_INF,
     RELU,
     SILU,
@@ -74,7 +78,7 @@ def _one_row(s: LogicalSpec) -> bool:
     if s.shape[0] != 1:
         return False
     for name, t, dims in zip(param_names(s.kind), s.operands, s.dim_maps()):
-        if len(dims) == 2:
+        if dims[-1] == 1:  # runs along the row: a row of x or out, or a row vector b
             if not _row_here(t) or t.dtype not in ((F32, BF16) if name == "x" else (F32,)):
                 return False
         elif not scalar_here(t) or t.dtype != F32:
@@ -103,6 +107,7 @@ _WORK: dict[str, tuple[tuple[str, ...], int]] = {
     SILU: (("exp",), 4),  # 1 + e, a division, a multiply
     GELU_TANH: (("tanh",), 6),  # the cubic, the scale, 1 + t, two multiplies
     GELU_ERF: (("erf",), 4),
+    **{k: ((), 1) for k in BROADCAST_KINDS},
 }
 
 #: Kinds whose kernels merge into their reduced outputs (their accumulating form only).
@@ -284,10 +289,41 @@ def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype)
         )
     if op == "online":
         return _online_fn(ctx, name, xt, dtype)
+    if op in BROADCAST_KINDS:
+        return _broadcast_fn(ctx, op, name, xt, sx, dtype, 1)
     body = _unary_scalar(ctx, op, "v", None)
     return (
         f"{head}void {name}(const {xt} *restrict x, int64_t n, float *restrict out) {{\n"
         f"{loop}        const float v = {sx};\n        out[i] = {body};\n    }}\n}}\n"
+    )
+
+
+def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
+    """out = x (+ or *) b over one row: b a row vector (a pointer, `_ROW` kinds) or this
+    row's value (a float, `_COL` kinds). `lanes` 1 is the scalar target's loop."""
+    sym = "+" if op in (ADD_ROW, ADD_COL) else "*"
+    col = op in (ADD_COL, MUL_COL)
+    b_param = "float b" if col else "const float *restrict b"
+    sb = "b" if col else "b[i]"
+    head = (
+        f"static inline void {name}(const {xt} *restrict x, int64_t n, {b_param}, "
+        "float *restrict out) {\n    int64_t i = 0;\n"
+    )
+    tail = f"    for (; i < n; i++)\n        out[i] = {sx} {sym} {sb};\n}}\n"
+    if lanes == 1:
+        return head + tail
+    vt = _vt(ctx, lanes)
+    ld = _loader(ctx, dtype, lanes)
+    vb = "vb" if col else f"{_loader(ctx, F32, lanes)}(b + i)"
+    splat = f"    const {vt} vb = ({vt}){{0}} + b;\n" if col else ""
+    return (
+        head
+        + splat
+        + f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+        + f"        const {vt} e = {ld}(x + i) {sym} {vb};\n"
+        + "        memcpy(out + i, &e, sizeof e);\n"
+        + "    }\n"
+        + tail
     )
 
 
@@ -407,6 +443,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "        out[i] *= r;\n"
             "}\n"
         )
+    if op in BROADCAST_KINDS:
+        return _broadcast_fn(ctx, op, name, xt, sx, dtype, lanes)
     # an activation
     vbody = _unary_scalar(ctx, op, "v", lanes)
     sbody = _unary_scalar(ctx, op, "v", None)
@@ -472,6 +510,10 @@ def _row_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     elif kind == DIVIDE_ROWS:
         d, out = views
         ctx.line(f"{fn}({_pointer(ctx, out, what)}, {n}, {_value(ctx, d)});")
+    elif kind in BROADCAST_KINDS:
+        x, b, out = views
+        arg = _value(ctx, b) if kind in (ADD_COL, MUL_COL) else _pointer(ctx, b, what)
+        ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {arg}, {_pointer(ctx, out, what)});")
     else:
         x, out = views
         ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {_pointer(ctx, out, what)});")
@@ -494,7 +536,9 @@ ROW_SOFTMAX_UNSCALED = _row_kernel("RowSoftmaxUnscaled", SOFTMAX_UNSCALED)
 ROW_SOFTMAX_ONLINE = _row_kernel("RowSoftmaxDenominatorAndMax", SOFTMAX_DENOM_MAX)
 ROW_SOFTMAX_COMPLETE = _row_kernel("RowSoftmaxComplete", SOFTMAX_COMPLETE)
 ROW_DIVIDE = _row_kernel("RowDivide", DIVIDE_ROWS)
-ROW_ACTIVATIONS = tuple(_row_kernel(f"Row{k.title().replace('_', '')}", k) for k in UNARY_KINDS)
+ROW_ACTIVATIONS = tuple(
+    _row_kernel(f"Row{k.title().replace('_', '')}", k) for k in (*UNARY_KINDS, *BROADCAST_KINDS)
+)
 
 
 # ---- the online denominator split across threads ------------------------------------

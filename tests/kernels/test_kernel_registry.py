@@ -57,6 +57,15 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("avx2", "generic", "GeluTanh(2x64, f32:GL:row, f32:GL:row, serial)", {"RowGeluTanh"}),
     ("x86-64", "generic", "Silu(2x64, f32:GL:row, f32:GL:row, serial)", {"RowSilu"}),
     ("avx2", "generic", "Exp(2x64, f32:GL:row, f32:GL:row, serial)", {"RowExp"}),
+    ("avx2", "generic", "AddRow(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowAddRow"}),
+    ("avx2", "generic", "AddCol(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowAddCol"}),
+    (
+        "x86-64",
+        "generic",
+        "MulRow(2x64, bf16:GL:row, f32:GL:row, f32:GL:row, serial)",
+        {"RowMulRow"},
+    ),
+    ("avx2", "generic", "MulCol(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowMulCol"}),
 ]
 
 #: Kernels of softmax forms the DP does not choose on one thread (the online and recompute

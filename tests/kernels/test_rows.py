@@ -120,11 +120,11 @@ def test_checker_bounds_hold_for_the_hard_rows() -> None:
     assert np.isfinite(ref).all()
     np.testing.assert_allclose(ref.sum(axis=-1), 1.0, rtol=1e-12)
     assert ref[1].max() == 1.0 and (ref[1] == 0).sum() == 63
-    ok, _, _, msg = check_rows("softmax", x, ref.copy())
+    ok, _, _, msg = check_rows("softmax", {"x": x}, ref.copy())
     assert ok, msg
     off = ref.copy()
     off[2] *= 1.001
-    ok, _, _, msg = check_rows("softmax", x, off)
+    ok, _, _, msg = check_rows("softmax", {"x": x}, off)
     assert not ok
 
 
