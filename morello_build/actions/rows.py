@@ -34,6 +34,7 @@ from morello_build.ir.spec import (
     SOFTMAX_DENOM,
     SOFTMAX_DENOM_MAX,
     SOFTMAX_UNSCALED,
+    SUM,
     ZERO,
     LogicalSpec,
     canonical,
@@ -132,6 +133,7 @@ class ToMaxAndDenominator:
 #: The value each accumulated output of a reduction starts from, by (kind, operand).
 _INITIAL: dict[str, tuple[tuple[int, str], ...]] = {
     MAX: ((1, NEG_INF),),
+    SUM: ((1, ZERO),),
     SOFTMAX_DENOM_MAX: ((1, NEG_INF), (2, ZERO)),
     SOFTMAX_DENOM: ((2, ZERO),),
     SOFTMAX_UNSCALED: ((2, ZERO),),

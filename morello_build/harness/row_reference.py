@@ -131,6 +131,19 @@ def softmax_reference(
     return ref, bound, row_bound
 
 
+def reduction_reference(op: str, x: NDArray[np.float64]) -> tuple[NDArray[Any], NDArray[Any]]:
+    """(values, per-row bound) of a row max (exact) or sum: n terms in any order, the
+    smaller of Higham's worst case gamma_n and the probabilistic 10 sqrt(n) u (as the
+    matmul check, harness/verify.py's docstring) times sum |x|: sharp enough that a
+    dropped term of the random inputs fails."""
+    if op == "max":
+        ref = np.max(x, axis=-1)
+        return ref, np.zeros_like(ref)
+    n = x.shape[-1]
+    gamma = min(n * U / (1.0 - n * U), 10.0 * math.sqrt(n) * U)
+    return np.sum(x, axis=-1), gamma * np.sum(np.abs(x), axis=-1) + SUBNORMAL_ABS
+
+
 def broadcast_reference(
     op: str, x: NDArray[np.float64], b: NDArray[np.float64]
 ) -> tuple[NDArray[Any], NDArray[Any]]:

@@ -103,9 +103,10 @@ from morello_build.harness.row_reference import (
     compare_rows,
     hard_rows,
     random_rows,
+    reduction_reference,
     softmax_reference,
 )
-from morello_build.ir.spec import BROADCAST_KINDS
+from morello_build.ir.spec import BROADCAST_KINDS, MAX, SUM
 from morello_build.machine.isa import ISA_FLAGS, host_supports
 
 __all__ = [
@@ -339,6 +340,9 @@ def check_rows(
     x = inputs["x"]
     if op in BROADCAST_KINDS:
         ref, bound = broadcast_reference(op, x, inputs["b"])
+        return compare_rows(ref, bound, got)
+    if op in (MAX, SUM):
+        ref, bound = reduction_reference(op, x)
         return compare_rows(ref, bound, got)
     if op != "softmax":
         ref, bound = activation_reference(op, x)

@@ -11,7 +11,8 @@ Kinds:
 - ``zero``: fill the single operand with zeros (``neginf``: with -inf, a max's start).
 - row operations, spec shape ``[rows, n]``, reducing or normalizing along the last dim
   (``ROW_KINDS``, table below); a reduced operand has shape ``[rows]``:
-  ``softmax`` (x, out); its parts ``max`` (x, m), ``softmax_denom_max`` (x, m, d: the
+  ``softmax`` (x, out); the reductions ``max`` and ``sum`` (x, out ``[rows]``); softmax's
+  parts ``max`` (x, m), ``softmax_denom_max`` (x, m, d: the
   online running max and denominator), ``softmax_denom`` (x, m, d: d += sum exp(x - m)),
   ``softmax_unscaled`` (x, m, d, out: out = exp(x - m), d += sum of it),
   ``softmax_complete`` (x, m, d, out = exp(x - m) / d), ``divide_rows`` (d, out /= d);
@@ -39,6 +40,7 @@ SOFTMAX_DENOM_MAX = "softmax_denom_max"
 SOFTMAX_DENOM = "softmax_denom"
 SOFTMAX_UNSCALED = "softmax_unscaled"
 MAX = "max"
+SUM = "sum"
 DIVIDE_ROWS = "divide_rows"
 RELU = "relu"
 GELU_TANH = "gelu_tanh"
@@ -83,7 +85,8 @@ _UNARY_NAMES = {RELU: "Relu", GELU_TANH: "GeluTanh", GELU_ERF: "GeluErf", SILU: 
 _XMDO = ("x", "max", "denom", "out")
 ROW_KINDS: dict[str, RowKind] = {
     SOFTMAX: RowKind("Softmax", None, (_ROW, _ROW), (IN, OUT), ("x", "out")),
-    MAX: RowKind("Max", "MaxAccum", (_ROW, _RED), (IN, ACC), ("x", "max")),
+    MAX: RowKind("Max", "MaxAccum", (_ROW, _RED), (IN, ACC), ("x", "out")),
+    SUM: RowKind("Sum", "SumAccum", (_ROW, _RED), (IN, ACC), ("x", "out")),
     SOFTMAX_DENOM_MAX: RowKind(
         "SoftmaxDenominatorAndMax",
         "SoftmaxDenominatorAndMaxAccum",
@@ -128,11 +131,11 @@ def param_names(kind: str) -> tuple[str, ...]:
 
 
 #: Row operations a user declares (the others are parts of a softmax plan).
-USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS, *BROADCAST_KINDS)
+USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS, *BROADCAST_KINDS, MAX, SUM)
 
 #: Reductions along the row (the scan dim, spec dim 1): tiled only along rows, split
 #: along the scan dim only when accumulating.
-REDUCTIONS = (MAX, SOFTMAX_DENOM_MAX, SOFTMAX_DENOM, SOFTMAX_UNSCALED)
+REDUCTIONS = (MAX, SUM, SOFTMAX_DENOM_MAX, SOFTMAX_DENOM, SOFTMAX_UNSCALED)
 KINDS = (MATMUL, MOVE, ZERO, NEG_INF, *ROW_KINDS)
 
 

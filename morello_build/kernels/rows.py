@@ -38,6 +38,7 @@ from morello_build.ir.spec import (
     SOFTMAX_DENOM,
     SOFTMAX_DENOM_MAX,
     SOFTMAX_UNSCALED,
+    SUM,
     UNARY_KINDS,
     LogicalSpec,
     param_names,
@@ -97,6 +98,7 @@ _MATH_COST = {"exp": EXP_VECTOR_COST, "tanh": TANH_VECTOR_COST, "erf": ERF_VECTO
 #: Per kind: the math functions each element goes through and its other vector ops.
 _WORK: dict[str, tuple[tuple[str, ...], int]] = {
     MAX: ((), 1),
+    SUM: ((), 1),
     SOFTMAX_DENOM: (("exp",), 2),
     SOFTMAX_UNSCALED: (("exp",), 2),
     SOFTMAX_COMPLETE: (("exp",), 2),
@@ -111,7 +113,7 @@ _WORK: dict[str, tuple[tuple[str, ...], int]] = {
 }
 
 #: Kinds whose kernels merge into their reduced outputs (their accumulating form only).
-_ACCUMULATES = (MAX, SOFTMAX_DENOM, SOFTMAX_UNSCALED, SOFTMAX_DENOM_MAX)
+_ACCUMULATES = (MAX, SUM, SOFTMAX_DENOM, SOFTMAX_UNSCALED, SOFTMAX_DENOM_MAX)
 
 
 def _compute_cost(s: LogicalSpec, n: int, t: Target) -> int:
@@ -270,6 +272,11 @@ def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype)
             f"{head}float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
             f"    float s = 0;\n{loop}        s += {ex}({sx} - m);\n    }}\n    return s;\n}}\n"
         )
+    if op == SUM:
+        return (
+            f"{head}float {name}(const {xt} *restrict x, int64_t n) {{\n"
+            f"    float s = 0;\n{loop}        s += {sx};\n    }}\n    return s;\n}}\n"
+        )
     if op == SOFTMAX_UNSCALED:
         return (
             f"{head}float {name}(const {xt} *restrict x, int64_t n, float m, "
@@ -376,6 +383,24 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "        m = v > m ? v : m;\n"
             "    }\n"
             "    return m;\n"
+            "}\n"
+        )
+    if op == SUM:
+        unrolled = "".join(
+            f"        a{j} += {ld}(x + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)
+        )
+        return (
+            f"static inline float {name}(const {xt} *restrict x, int64_t n) {{\n"
+            f"    {vt} {accs};\n"
+            "    int64_t i = 0;\n"
+            f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n"
+            f"{unrolled}    }}\n"
+            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
+            f"        a0 += {ld}(x + i);\n"
+            "    a0 = (a0 + a1) + (a2 + a3);\n"
+            f"{_hsum(lanes, 'a0')}"
+            f"    for (; i < n; i++)\n        s += {sx};\n"
+            "    return s;\n"
             "}\n"
         )
     if op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED):
@@ -489,6 +514,9 @@ def _row_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     if kind == MAX:
         x, m = views
         ctx.line(f"{_value(ctx, m)} = {fn}({_pointer(ctx, x, what)}, {n}, {_value(ctx, m)});")
+    elif kind == SUM:
+        x, s = views
+        ctx.line(f"{_value(ctx, s)} += {fn}({_pointer(ctx, x, what)}, {n});")
     elif kind == SOFTMAX_DENOM:
         x, m, d = views
         ctx.line(f"{_value(ctx, d)} += {fn}({_pointer(ctx, x, what)}, {n}, {_value(ctx, m)});")
@@ -531,6 +559,7 @@ def _row_kernel(name: str, kind: str) -> Kernel:
 
 
 ROW_MAX = _row_kernel("RowMax", MAX)
+ROW_SUM = _row_kernel("RowSum", SUM)
 ROW_SOFTMAX_DENOM = _row_kernel("RowSoftmaxDenominator", SOFTMAX_DENOM)
 ROW_SOFTMAX_UNSCALED = _row_kernel("RowSoftmaxUnscaled", SOFTMAX_UNSCALED)
 ROW_SOFTMAX_ONLINE = _row_kernel("RowSoftmaxDenominatorAndMax", SOFTMAX_DENOM_MAX)
@@ -661,6 +690,7 @@ FILL_NEG_INF = Kernel(
 
 ROW_KERNELS: tuple[Kernel, ...] = (
     ROW_MAX,
+    ROW_SUM,
     ROW_SOFTMAX_DENOM,
     ROW_SOFTMAX_UNSCALED,
     ROW_SOFTMAX_ONLINE,

@@ -66,6 +66,7 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
         {"RowMulRow"},
     ),
     ("avx2", "generic", "MulCol(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowMulCol"}),
+    ("avx2", "generic", "Sum(2x64, f32:GL:row, f32:GL:row, serial)", {"RowSum"}),
 ]
 
 #: Kernels of softmax forms the DP does not choose on one thread (the online and recompute

@@ -128,6 +128,19 @@ def test_checker_bounds_hold_for_the_hard_rows() -> None:
     assert not ok
 
 
+def test_checker_catches_a_dropped_term_of_a_sum() -> None:
+    k = _kernel("sum", 4, 4096, "f32", "avx2")
+    assert "a0 += mb_ld_f32_8(x + i);" in k.c_source
+    # drop one vector of the unrolled main loop
+    bad = dataclasses.replace(k, c_source=k.c_source.replace("a3 += mb_ld_f32_8(x + i + 24);", ""))
+    assert bad.c_source != k.c_source
+    try:
+        r = verify_kernel(bad)
+    except IsaUnavailable as exc:
+        pytest.skip(str(exc))
+    assert not r.ok and "wrong" in r.details
+
+
 def test_row_spec_text_rejects_bad_input() -> None:
     from morello_build.errors import SpecError
 

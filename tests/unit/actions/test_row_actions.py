@@ -113,7 +113,7 @@ def test_row_specs_round_trip_through_text_and_memo_coordinates(text: str) -> No
         ("Softmax(4x8x2, f32:GL:row, f32:GL:row)", "ROWSxN"),
         ("Softmax(4x8, f32:GL:row)", "takes 2 operand"),
         ("Softmax(4x8, f32:GL:row, bf16:GL:row)", "operand out must be f32"),
-        ("Max(4x8, f32:GL:row, bf16:GL:row)", "operand max must be f32"),
+        ("Max(4x8, f32:GL:row, bf16:GL:row)", "operand out must be f32"),
         ("Softmaxx(4x8, f32:GL:row, f32:GL:row)", "unknown spec kind"),
     ],
 )
