@@ -11,7 +11,8 @@ give. bf16 inputs are widened as they are loaded.
 
 Costs are in the model's units (an FMA vector is 2, docs/cost-model.md) per vector of the
 target's f32 width, plus each operand's lines at its level (`io_cost`); an exp vector is
-`EXP_VECTOR_COST` (docs/softmax.md, "Cost constants").
+`EXP_VECTOR_COST` (docs/softmax.md, "Cost constants"). Softmax's exps are of x - max <= 0
+and use vecmath's `expm` (same bits as `exp` there, cheaper to scale).
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def _unary_scalar(ctx: Ctx, op: str, v: str, lanes: int | None) -> str:
 def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype) -> str:
     """The scalar target's row functions: one element at a time."""
     uses_exp = op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED, SOFTMAX_COMPLETE)
-    ex = _use_math(ctx, "exp", None) if uses_exp else ""
+    ex = _use_math(ctx, "expm", None) if uses_exp else ""
     head = "static inline "
     loop = "    for (int64_t i = 0; i < n; i++) {\n"
     if op == MAX:
@@ -340,7 +341,7 @@ def _online_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     chunk of -inf only leaves them as they are (no inf - inf)."""
     mx = _row_fn(ctx, MAX, dtype)
     se = _row_fn(ctx, SOFTMAX_DENOM, dtype)
-    ex = _use_math(ctx, "exp", None)
+    ex = _use_math(ctx, "expm", None)
     return (
         f"static inline void {name}(const {xt} *restrict x, int64_t n, float *restrict m, "
         "float *restrict d) {\n"
@@ -404,8 +405,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "}\n"
         )
     if op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED):
-        vex = _use_math(ctx, "exp", lanes)
-        sex = _use_math(ctx, "exp", None)
+        vex = _use_math(ctx, "expm", lanes)
+        sex = _use_math(ctx, "expm", None)
         store = op == SOFTMAX_UNSCALED
         out_param = ", float *restrict out" if store else ""
 
@@ -438,8 +439,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "}\n"
         )
     if op == SOFTMAX_COMPLETE:
-        vex = _use_math(ctx, "exp", lanes)
-        sex = _use_math(ctx, "exp", None)
+        vex = _use_math(ctx, "expm", lanes)
+        sex = _use_math(ctx, "expm", None)
         return (
             f"static inline void {name}(const {xt} *restrict x, int64_t n, float m, float d, "
             "float *restrict out) {\n"
@@ -614,7 +615,7 @@ def _par_online_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     parts = PARALLEL_ROW_PARTS
     k, last = _chunks(n, parts)
     fn = _row_fn(ctx, "online", spec.operands[0].dtype)
-    ex = _use_math(ctx, "exp", None)
+    ex = _use_math(ctx, "expm", None)
     ptr = _pointer(ctx, x, spec.text())
     mv, dv = _value(ctx, m), _value(ctx, d)
     i = ctx.fresh()

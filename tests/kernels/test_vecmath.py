@@ -30,20 +30,20 @@ WIDTHS = (4, 8, 16, 0)
 #: "x" means the input itself (tanh and erf of tiny x round to x or, for erf, keep sign).
 SPECIALS: tuple[tuple[str, dict[str, str]], ...] = (
     ("0.0f", {"exp": "1.0f", "tanh": "0.0f", "erf": "0.0f"}),
-    ("-0.0f", {"exp": "1.0f", "tanh": "-0.0f", "erf": "-0.0f"}),
+    ("-0.0f", {"exp": "1.0f", "expm": "1.0f", "tanh": "-0.0f", "erf": "-0.0f"}),
     ("INFINITY", {"exp": "INFINITY", "tanh": "1.0f", "erf": "1.0f"}),
-    ("-INFINITY", {"exp": "0.0f", "tanh": "-1.0f", "erf": "-1.0f"}),
-    ("NAN", {"exp": "NAN", "tanh": "NAN", "erf": "NAN"}),
-    ("-NAN", {"exp": "NAN", "tanh": "NAN", "erf": "NAN"}),
+    ("-INFINITY", {"exp": "0.0f", "expm": "0.0f", "tanh": "-1.0f", "erf": "-1.0f"}),
+    ("NAN", {"exp": "NAN", "expm": "NAN", "tanh": "NAN", "erf": "NAN"}),
+    ("-NAN", {"exp": "NAN", "expm": "NAN", "tanh": "NAN", "erf": "NAN"}),
     ("FLT_MAX", {"exp": "INFINITY", "tanh": "1.0f", "erf": "1.0f"}),
-    ("-FLT_MAX", {"exp": "0.0f", "tanh": "-1.0f", "erf": "-1.0f"}),
+    ("-FLT_MAX", {"exp": "0.0f", "expm": "0.0f", "tanh": "-1.0f", "erf": "-1.0f"}),
     ("0x1.62e43p+6f", {"exp": "INFINITY"}),  # first x with exp(x) > FLT_MAX + ulp/2
     ("0x1.9fe36ap+6f", {"exp": "INFINITY"}),  # 103.97: far beyond
-    ("-0x1.9fe36ap+6f", {"exp": "0.0f"}),  # exp(-103.97) < 2^-150: rounds to 0
-    ("-0x1.a0p+6f", {"exp": "0.0f"}),  # -104
-    ("-0x1.0p+7f", {"exp": "0.0f"}),
+    ("-0x1.9fe36ap+6f", {"exp": "0.0f", "expm": "0.0f"}),  # exp(-103.97) < 2^-150: rounds to 0
+    ("-0x1.a0p+6f", {"exp": "0.0f", "expm": "0.0f"}),  # -104
+    ("-0x1.0p+7f", {"exp": "0.0f", "expm": "0.0f"}),
     ("0x1.0p-30f", {"tanh": "x", "exp": "1.0f"}),
-    ("-0x1.0p-30f", {"tanh": "x", "exp": "1.0f"}),
+    ("-0x1.0p-30f", {"tanh": "x", "exp": "1.0f", "expm": "1.0f"}),
     ("0x1.0p-149f", {"tanh": "x"}),
     ("-0x1.0p-149f", {"tanh": "x"}),
     ("0x1.0p-126f", {"tanh": "x"}),
@@ -166,7 +166,7 @@ int main(void) {
 """
 
 FUNCTION = r"""
-static double ref_%(fn)s(float x) { return %(fn)s((double)x); }
+static double ref_%(fn)s(float x) { return %(ref)s((double)x); }
 
 static void block_%(fn)s(const float *in, %(outs_decl)s) {
         %(apply)s
@@ -183,7 +183,7 @@ static void run_%(fn)s(void) {
         #pragma omp for schedule(dynamic, 4096)
         for (uint64_t b = 0; b < nblocks; b++) {
             float in[16], %(outs)s;
-            for (int j = 0; j < 16; j++) in[j] = from_bits(input(b * 16 + (uint64_t)j));
+            for (int j = 0; j < 16; j++) in[j] = from_bits(input(b * 16 + (uint64_t)j) | %(sign)s);
             block_%(fn)s(in, %(out_names)s);
             for (int j = 0; j < 16; j++) {
                 double r = ref_%(fn)s(in[j]);
@@ -202,8 +202,10 @@ static void run_%(fn)s(void) {
     static const float specials[] = {%(special_xs)s};
     float extra[%(nextra)d];
     int n = 0;
-    for (unsigned i = 0; i < sizeof edges / sizeof edges[0]; i++) extra[n++] = from_bits(edges[i]);
-    for (unsigned i = 0; i < sizeof specials / sizeof specials[0]; i++) extra[n++] = specials[i];
+    for (unsigned i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        extra[n++] = from_bits(edges[i] | %(sign)s);
+    for (unsigned i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        extra[n++] = from_bits(to_bits(specials[i]) | %(sign)s);
     while (n %% 16) extra[n++] = 1.0f;
     for (int k = 0; k < n; k += 16) {
         float %(outs)s;
@@ -256,6 +258,9 @@ def driver_source(
             FUNCTION
             % {
                 "fn": fn,
+                # a function defined on x <= 0 only (vecmath.DOMAINS) sees negative inputs
+                "ref": "exp" if fn == "expm" else fn,
+                "sign": "0x80000000u" if fn in vecmath.DOMAINS else "0u",
                 "nw": nw,
                 "outs": outs,
                 "outs_decl": ", ".join(f"float *out_{w}" for w in widths),
