@@ -19,6 +19,7 @@ from typing import Any
 from morello_build.codegen.abi import OperandABI
 from morello_build.errors import MorelloError
 from morello_build.integration.config_model import (
+    BROADCAST_OPS,
     DTYPE_TRIPLES,
     DTYPES,
     LAYOUTS,
@@ -36,6 +37,8 @@ from morello_build.integration.config_model import (
     missing_text,
     model_keys,
     only_with_problem,
+    row_operand_shapes,
+    row_params,
     toml_repr,
 )
 from morello_build.ir.sizes import LIMITS_DOC, MAX_DIM
@@ -47,6 +50,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "BROADCAST_OPS",
     "DTYPES",
     "LAYOUTS",
     "MAX_THREADS",
@@ -97,6 +101,11 @@ class KernelDecl:
     @property
     def is_row_op(self) -> bool:
         return self.op in ROW_OPS
+
+    @property
+    def is_broadcast(self) -> bool:
+        """A row op with a second input b (`BROADCAST_OPS`: x + b, x * b)."""
+        return self.op in BROADCAST_OPS
 
     @property
     def kind(self) -> str:
@@ -366,16 +375,23 @@ def _declaration(
 
 def decl_operands(decl: KernelDecl) -> tuple[OperandABI, ...]:
     """The C operands a kernel built from `decl` must have: (lhs, rhs, out) of a matmul,
-    (x, out) of a row op.
+    (x, out) of a row op, (x, b, out) of a broadcast one (b f32, `[n]` or `[rows]`).
 
     Known before synthesis, so CMake and the Python module generator can emit prototypes at
     configure time; generate checks the synthesized kernel against it.
     """
     if decl.is_row_op:
-        shape = tuple(decl.shape)
-        return (
-            OperandABI(name="x", shape=shape, dtype=decl.dtype, order=(0, 1), role="in"),
-            OperandABI(name="out", shape=shape, dtype="f32", order=(0, 1), role="out"),
+        rows, n = decl.shape
+        shapes = row_operand_shapes(decl.op, rows, n)
+        return tuple(
+            OperandABI(
+                name=p,
+                shape=shape,
+                dtype=decl.dtype if p == "x" else "f32",
+                order=tuple(range(len(shape))),
+                role="out" if p == "out" else "in",
+            )
+            for p, shape in zip(row_params(decl.op), shapes, strict=True)
         )
     b, m, k, n = decl.shape
 

@@ -27,6 +27,7 @@ from morello_build.ir.sizes import (
     size_problem,
     with_doc,
 )
+from morello_build.ir.spec import ROW_KINDS
 from morello_build.machine.isa import ISAS
 from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.names import MAX_NAME_LENGTH, kernel_name_problem, show_name
@@ -40,9 +41,25 @@ TUNES: tuple[str, ...] = ("native", *TARGET_TUNES)
 #: Element types of a matmul's inputs; the output is always f32.
 DTYPES: tuple[str, ...] = ("f32", "bf16")
 LAYOUTS: tuple[str, ...] = ("row", "col")
+
+
+def row_params(op: str) -> tuple[str, ...]:
+    """Operand names of row op `op` (a `ROW_SHORTHANDS` name), C parameter order, out last."""
+    return ROW_KINDS[ROW_SHORTHANDS[op]].params
+
+
+def row_operand_shapes(op: str, rows: int, n: int) -> tuple[tuple[int, ...], ...]:
+    """Shapes of row op `op`'s operands (as `row_params`): x and out are `[rows, n]`, the b
+    of a broadcast op `[n]` (`*_row`) or `[rows]` (`*_col`)."""
+    return tuple(tuple((rows, n)[d] for d in dims) for dims in ROW_KINDS[ROW_SHORTHANDS[op]].dims)
+
+
 #: Operations on the rows of a `[rows, n]` x (out is f32, x f32 or bf16): the command line's
 #: shorthand names (`gelu` is the erf form).
 ROW_OPS: tuple[str, ...] = tuple(ROW_SHORTHANDS)
+#: Row ops with a second input b (f32), broadcast: `[n]` over the rows (`*_row`, a bias) or
+#: `[rows]` along each row (`*_col`).
+BROADCAST_OPS: tuple[str, ...] = tuple(op for op in ROW_OPS if row_params(op) == ("x", "b", "out"))
 OPS: tuple[str, ...] = ("matmul", *ROW_OPS)
 #: Supported (lhs, rhs, out) dtype triples and the input dtype each one means.
 DTYPE_TRIPLES: dict[tuple[str, str, str], str] = {
@@ -193,8 +210,11 @@ def _size_problem(values: Mapping[str, Any]) -> str | None:
     dtypes = values["dtypes"]
     dtype = DTYPE_TRIPLES[tuple(dtypes)] if dtypes is not None else values["dtype"]
     in_bytes = 2 if dtype == "bf16" else 4
-    if values["op"] in ROW_OPS:  # x and out, [rows, n] each
-        too_big = size_problem([shape, shape], (in_bytes, 4))
+    if values["op"] in ROW_OPS:  # x, out (and b of a broadcast op) in main memory at once
+        op = values["op"]
+        shapes = row_operand_shapes(op, shape[0], shape[1])
+        sizes = [in_bytes if p == "x" else 4 for p in row_params(op)]
+        too_big = size_problem(list(shapes), sizes)
     else:
         b, m, k, n = shape if len(shape) == 4 else [1, *shape]
         too_big = matmul_size_problem(b, m, k, n, in_bytes)
@@ -224,7 +244,9 @@ _ROW_OP_LABEL = "a row op"
 _OP_DOC = (
     'the operation: `"matmul"`, or a row op on a `[rows, n]` x giving an f32 `[rows, n]` out: '
     '`"softmax"` (along each row), `"relu"`, `"gelu"` (the erf form, as `"gelu_erf"`), '
-    '`"gelu_tanh"`, `"silu"`, `"exp"`'
+    '`"gelu_tanh"`, `"silu"`, `"exp"`; or x + b, x * b with an f32 b broadcast: `"add_row"`, '
+    '`"mul_row"` (b is `[n]`, one value per column, e.g. a bias), `"add_col"`, `"mul_col"` '
+    "(b is `[rows]`, one value per row)"
 )
 _TARGET_EXPECTED = f"one of {quoted(TARGETS)} or a list of them"
 _TARGET_DOC = (
@@ -276,7 +298,8 @@ class KernelTable:
                 ROW_OPS,
                 _ROW_OP_LABEL,
                 Key(
-                    doc="`[rows, n]`, the shape of x and of out",
+                    doc="`[rows, n]`, the shape of x and of out (a broadcast op's b is `[n]` "
+                    "for `*_row`, `[rows]` for `*_col`)",
                     expected="2 positive integers [rows, n]",
                     missing="missing (expected [rows, n])",
                     minimum=1,
@@ -298,7 +321,7 @@ class KernelTable:
                 ROW_OPS,
                 _ROW_OP_LABEL,
                 Key(
-                    doc="the type of x (out is f32)",
+                    doc="the type of x (out, and b of a broadcast op, are f32)",
                     expected='"f32" or "bf16" (the type of x; out is f32)',
                     choices=DTYPES,
                 ),

@@ -135,6 +135,76 @@ def test_every_row_op_means_its_shorthand(tmp_path: Path, op: str, kind: str) ->
     assert decl.spec_text() == expand_spec(f"{op} 4x8").text
 
 
+BROADCAST = """
+target = "avx2"
+
+[[kernel]]
+name = "bias"
+op = "add_row"
+shape = [64, 3072]
+
+[[kernel]]
+name = "scale_b"
+op = "mul_col"
+shape = [16, 40]
+dtype = "bf16"
+threads = 2
+target = ["avx512", "avx2", "x86-64"]
+"""
+
+
+def test_broadcast_ops_load(tmp_path: Path) -> None:
+    """x + b / x * b: shape [rows, n], dtype of x; b is f32, [n] for `*_row` and [rows] for
+    `*_col`, between x and out as in the C signature."""
+    from morello_build.api import row_spec_text
+
+    bias, scale = load_config(_write(tmp_path, BROADCAST, "morello.toml")).kernels
+    assert (bias.op, bias.kind, bias.shape, bias.dtype) == ("add_row", "add_row", (64, 3072), "f32")
+    assert bias.is_row_op and bias.is_broadcast and not bias.batched
+    assert bias.spec_text() == "AddRow(64x3072, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
+    assert scale.spec_text() == "MulCol(16x40, bf16:GL:row, f32:GL:row, f32:GL:row)"
+    assert scale.spec_text() == row_spec_text("mul_col", 16, 40, dtype="bf16", threads=2)
+    got = [(o.name, o.shape, o.dtype, o.order, o.role) for o in decl_operands(bias)]
+    assert got == [
+        ("x", (64, 3072), "f32", (0, 1), "in"),
+        ("b", (3072,), "f32", (0,), "in"),
+        ("out", (64, 3072), "f32", (0, 1), "out"),
+    ]
+    got = [(o.name, o.shape, o.dtype, o.role) for o in decl_operands(scale)]
+    assert got == [
+        ("x", (16, 40), "bf16", "in"),
+        ("b", (16,), "f32", "in"),
+        ("out", (16, 40), "f32", "out"),
+    ]
+    softmax = dataclasses.replace(bias, op="softmax")
+    assert not softmax.is_broadcast and len(decl_operands(softmax)) == 2
+
+
+@pytest.mark.parametrize(
+    ("op", "kind"),
+    [("add_row", "AddRow"), ("add_col", "AddCol"), ("mul_row", "MulRow"), ("mul_col", "MulCol")],
+)
+def test_every_broadcast_op_means_its_shorthand(tmp_path: Path, op: str, kind: str) -> None:
+    from morello_build.integration.shorthand import expand_spec
+
+    text = f'[[kernel]]\nname = "k"\nop = "{op}"\nshape = [4, 8]\ndtype = "bf16"\n'
+    (decl,) = load_config(_write(tmp_path, text, "morello.toml")).kernels
+    assert decl.spec_text() == f"{kind}(4x8, bf16:GL:row, f32:GL:row, f32:GL:row, serial)"
+    assert decl.spec_text() == expand_spec(f"{op} 4x8 --dtype bf16").text
+
+
+def test_broadcast_op_stamp_round_trip(tmp_path: Path) -> None:
+    from morello_build.integration.generate import KernelRequest, request_doc, request_from_doc
+
+    scale = load_config(_write(tmp_path, BROADCAST, "morello.toml")).kernels[1]
+    req = KernelRequest("scale_b", ("avx512", "avx2", "x86-64"), decl=scale, tune=scale.tune)
+    back, _, _ = request_from_doc(
+        json.loads(json.dumps(request_doc(req, fingerprint="f", verify=False)))
+    )
+    assert back.decl == scale and decl_operands(back.decl) == decl_operands(scale)
+    assert back.spec_text() == "MulCol(16x40, bf16:GL:row, f32:GL:row, f32:GL:row)"
+
+
 def test_row_op_stamp_round_trip(tmp_path: Path) -> None:
     """The declaration stamp CMake's configure writes gives back the same row-op kernel."""
     from morello_build.integration.generate import KernelRequest, request_doc, request_from_doc
@@ -150,6 +220,7 @@ def test_row_op_stamp_round_trip(tmp_path: Path) -> None:
 
 K = '[tool.morello]\n[[tool.morello.kernel]]\nname = "mm1"\n'
 R = '[tool.morello]\n[[tool.morello.kernel]]\nname = "sm"\nop = "softmax"\n'
+B = '[tool.morello]\n[[tool.morello.kernel]]\nname = "bias"\nop = "add_row"\n'
 P = "pyproject.toml: [tool.morello.kernel]"
 
 # (file text, exact expected message); the file is written as pyproject.toml.
@@ -258,7 +329,7 @@ CASES: list[tuple[str, str, str]] = [
         "bad_op",
         K + 'shape = [1, 2, 3]\nop = "conv"\n',
         f'{P} "mm1": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
-        '"gelu_tanh", "silu", "exp", got "conv"',
+        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", got "conv"',
     ),
     # Row operations (issue 35): shape [rows, n], dtype of x, no matmul-only keys.
     (
@@ -314,6 +385,46 @@ CASES: list[tuple[str, str, str]] = [
         "row_threads",
         R + "shape = [8, 512]\nthreads = 0\n",
         f'{P} "sm": threads: expected an integer from 1 to 1024, got 0',
+    ),
+    # Broadcast ops (x + b, x * b): declared like the other row ops.
+    (
+        "broadcast_three_dims",
+        B + "shape = [8, 512, 4]\n",
+        f'{P} "bias": shape: expected 2 positive integers [rows, n], got [8, 512, 4]',
+    ),
+    ("broadcast_missing_shape", B, f'{P} "bias": shape: missing (expected [rows, n])'),
+    (
+        "broadcast_too_big",
+        B + "shape = [2147483647, 2147483647]\n",
+        f'{P} "bias": shape: [2147483647, 2147483647]: the operands take 3.69e19 bytes '
+        "together, over the limit of 128 TiB (2^47 bytes: all an x86-64 process can address); "
+        "see docs/limits.md",
+    ),
+    (
+        "broadcast_bad_dtype",
+        B.replace("add_row", "mul_col") + 'shape = [8, 512]\ndtype = "f16"\n',
+        f'{P} "bias": dtype: expected "f32" or "bf16" (the type of x; out is f32), got "f16"',
+    ),
+    (
+        "broadcast_layouts",
+        B.replace("add_row", "add_col") + 'shape = [8, 512]\nlayouts = ["row", "col", "row"]\n',
+        f'{P} "bias": layouts: applies to op = "matmul" only, not to op = "add_col"',
+    ),
+    (
+        "broadcast_dtypes",
+        B.replace("add_row", "mul_row") + 'shape = [8, 512]\ndtypes = ["f32", "f32", "f32"]\n',
+        f'{P} "bias": dtypes: applies to op = "matmul" only, not to op = "mul_row"',
+    ),
+    (
+        "broadcast_accumulate",
+        B + "shape = [8, 512]\naccumulate = true\n",
+        f'{P} "bias": accumulate: applies to op = "matmul" only, not to op = "add_row"',
+    ),
+    (
+        "broadcast_misspelt",
+        B.replace("add_row", "add_rows") + "shape = [8, 512]\n",
+        f'{P} "bias": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
+        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", got "add_rows"',
     ),
     (
         "matmul_two_dims_says_matmul",
@@ -791,3 +902,40 @@ def test_generate_row_ops_then_all_cache_hits(
     second = capsys.readouterr().out.splitlines()
     assert all(": cache hit," in line for line in second), second
     assert {p: p.stat().st_mtime_ns for p in out_dir.iterdir()} == mtimes
+
+
+def test_generate_broadcast_ops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`morello generate` of x + b / x * b declarations: the manifest has the (x, b, out)
+    operands with b `[n]` or `[rows]`, the header the three-pointer prototype."""
+    from morello_build.integration.commands import generate_main
+
+    monkeypatch.setenv("MORELLO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("MORELLO_NO_CACHE", raising=False)
+    text = (
+        'target = "native"\n'
+        '[[kernel]]\nname = "bias"\nop = "add_row"\nshape = [4, 96]\n'
+        '[[kernel]]\nname = "sc"\nop = "mul_col"\nshape = [5, 40]\ndtype = "bf16"\n'
+    )
+    cfg = _write(tmp_path, text, "morello.toml")
+    out_dir = tmp_path / "o"
+    assert generate_main(["--config", str(cfg), "--out-dir", str(out_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["bias", "sc"]
+    assert all("verified" in line for line in lines), lines
+    manifest = {
+        k["name"]: k for k in json.loads((out_dir / "manifest.json").read_text())["kernels"]
+    }
+    assert manifest["bias"]["op"] == "add_row" and manifest["sc"]["op"] == "mul_col"
+    assert [(o["name"], o["dtype"], o["role"]) for o in manifest["sc"]["operands"]] == [
+        ("x", "bf16", "in"),
+        ("b", "f32", "in"),
+        ("out", "f32", "out"),
+    ]
+    assert [o["shape"] for o in manifest["bias"]["operands"]] == [[4, 96], [96], [4, 96]]
+    assert [o["shape"] for o in manifest["sc"]["operands"]] == [[5, 40], [5], [5, 40]]
+    assert (
+        "void sc(const uint16_t *MORELLO_RESTRICT x, const float *MORELLO_RESTRICT b, "
+        "float *MORELLO_RESTRICT out);" in (out_dir / "sc.h").read_text()
+    )

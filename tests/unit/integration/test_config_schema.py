@@ -152,6 +152,18 @@ dtype = "bf16"
 threads = 2
 target = ["avx2", "x86-64"]
 tune = "zen3"
+
+[[kernel]]
+name = "bias"
+op = "add_row"
+shape = [64, 3072]
+
+[[kernel]]
+name = "scale_b"
+op = "mul_col"
+shape = [16, 40]
+dtype = "bf16"
+threads = 2
 """
 
 K = '[[kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
@@ -203,6 +215,13 @@ REJECTED = [
     ROW + 'schedule = "m:f"\n',
     ROW + 'dtype = "f16"\n',
     ROW.replace("softmax", "gelu_exact"),
+    # Broadcast ops (x + b, x * b): as the other row ops.
+    ROW.replace("softmax", "add_row").replace("[8, 16]", "[8, 16, 4]"),
+    ROW.replace("softmax", "mul_col").replace("[8, 16]", "[16]"),
+    ROW.replace("softmax", "add_col") + 'layouts = ["row", "row", "row"]\n',
+    ROW.replace("softmax", "mul_row") + "accumulate = false\n",
+    ROW.replace("softmax", "add_row") + 'dtype = "f16"\n',
+    ROW.replace("softmax", "add_rows"),
 ]
 
 
@@ -248,7 +267,7 @@ def test_schema_rejects_what_the_loader_rejects(validator: Any, text: str) -> No
 
 _VALUES: dict[str, list[Any]] = {
     "name": ["mm", "k2", "float", "main", "_x", "", 7],
-    "op": ["matmul", "conv", "softmax", "gelu", "exp"],
+    "op": ["matmul", "conv", "softmax", "gelu", "exp", "add_row", "mul_col"],
     "shape": [
         [4, 4, 4],
         [2, 3, 4, 5],
