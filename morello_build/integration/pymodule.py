@@ -1,5 +1,6 @@
-"""Generate a CPython extension module exposing kernels as ``name(a, b, out=None)`` (a matmul)
-or ``name(x, out=None)`` (a row op: softmax, gelu, ...).
+"""Generate a CPython extension module exposing kernels as ``name(a, b, out=None)`` (a matmul),
+``name(x, out=None)`` (a row op: softmax, gelu, ...) or ``name(x, b, out=None)`` (x + b or
+x * b with b broadcast: add_row, mul_col, ...).
 
 Plain C over the buffer protocol (no pybind11, no numpy headers), so the module can be built
 against the stable ABI (3.11+) and works with any buffer exporter. numpy is imported only to
@@ -176,13 +177,19 @@ _ROW_WHAT = {
     "gelu_tanh": "out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
     "silu": "out = x / (1 + exp(-x))",
     "exp": "out = exp(x)",
+    "add_row": "out = x + b (b[n] added to every row, e.g. a bias)",
+    "mul_row": "out = x * b (every row multiplied by b[n] elementwise)",
+    "add_col": "out = x + b[:, None] (b[i] added to row i)",
+    "mul_col": "out = x * b[:, None] (row i multiplied by b[i])",
 }
 assert set(_ROW_WHAT) == set(ROW_OPS)
 
 
 def _labels(d: KernelDecl) -> tuple[str, ...]:
     """Python parameter names of the kernel's operands, out last (as `decl_operands`)."""
-    return ("x", "out") if d.is_row_op else ("a", "b", "out")
+    if d.is_row_op:
+        return tuple(o.name for o in decl_operands(d))  # (x, out) or (x, b, out)
+    return ("a", "b", "out")
 
 
 def _doc(mk: ModuleKernel) -> str:
@@ -223,7 +230,9 @@ def _kernel_block(mk: ModuleKernel) -> str:
     kwlist = ", ".join(f'"{label}"' for label in labels)
     objs = ", ".join(["NULL"] * (count - 1) + ["Py_None"])
     refs = ", ".join(f"&objs[{i}]" for i in range(count))
-    inputs = " or ".join(labels[:-1])
+    # A matmul's message names both inputs (as it always has); a row op's names the one
+    # out overlaps (NULL: `morello_get_views` names it).
+    inputs = '"a or b"' if not d.is_row_op else "NULL"
     call = ", ".join(f"({o.c_type} *)views[{i}].buf" for i, o in enumerate(ops))
     return f"""
 void {n}({params});
@@ -264,7 +273,7 @@ static PyObject *morello_py_{n}(PyObject *self, PyObject *args, PyObject *kwargs
     if (result == NULL)
         return NULL;
     objs[{count - 1}] = result;
-    if (morello_get_views("{n}", objs, morello_ops_{n}, {count}, "{inputs}", views) < 0) {{
+    if (morello_get_views("{n}", objs, morello_ops_{n}, {count}, {inputs}, views) < 0) {{
         Py_DECREF(result);
         return NULL;
     }}
@@ -409,7 +418,8 @@ static int morello_overlaps(const Py_buffer *x, const Py_buffer *y)
     return x0 < y0 + y->len && y0 < x0 + x->len;
 }
 
-/* Views of the `count` operands, out last; `inputs` names the others ("a or b"). */
+/* Views of the `count` operands, out last; `inputs` names the others in the message when
+   out overlaps one ("a or b"); NULL: the message names the one it overlaps. */
 static int morello_get_views(const char *fn, PyObject *const *objs, const morello_operand *ops,
                              int count, const char *inputs, Py_buffer *views)
 {
@@ -423,7 +433,8 @@ static int morello_get_views(const char *fn, PyObject *const *objs, const morell
     }
     for (i = 0; i < count - 1; i++) {
         if (morello_overlaps(&views[count - 1], &views[i])) {
-            PyErr_Format(PyExc_ValueError, "%s: out must not share memory with %s", fn, inputs);
+            PyErr_Format(PyExc_ValueError, "%s: out must not share memory with %s", fn,
+                         inputs != NULL ? inputs : ops[i].name);
             morello_release_views(views, count);
             return -1;
         }

@@ -178,6 +178,47 @@ def test_row_op_dispatcher_calls_best_supported_variant(tmp_path: Path, cc: str)
     assert chosen is not None and chosen.decode() == _expected(isas)
 
 
+#: A broadcast op (x * b, b one value per row) has a third pointer: a bf16 x, an f32 b.
+BCAST_NAME = "mcd"
+BCAST_SPEC = "MulCol(5x21, bf16:GL:row, f32:GL:row, f32:GL:row, serial)"
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_broadcast_op_dispatcher_calls_best_supported_variant(tmp_path: Path, cc: str) -> None:
+    """A multi-ISA mul_col: the dispatcher has the `(x, b, out)` signature, picks the best
+    variant this host runs, and each row of x is multiplied by its b (one rounding)."""
+    compiler = _compiler(cc)
+    isas = ("avx512", "avx2", "x86-64")
+    so = tmp_path / f"lib{BCAST_NAME}.so"
+    objects = _objects(tmp_path, compiler, isas, BCAST_NAME, BCAST_SPEC)
+    subprocess.run(
+        [compiler, "-shared", *map(str, objects), "-o", str(so), "-lm"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    header = (tmp_path / f"{BCAST_NAME}.h").read_text()
+    assert (
+        f"void {BCAST_NAME}(const uint16_t *restrict x, const float *restrict b, "
+        "float *restrict out);" in header
+    )
+    lib = ctypes.CDLL(str(so))
+    fn = getattr(lib, BCAST_NAME)
+    fn.argtypes = [ctypes.c_void_p] * 3
+    fn.restype = None
+    rng = np.random.default_rng(4)
+    bits = rng.integers(0x3E00, 0x4100, (5, 21), dtype=np.uint16)  # bf16 in [0.125, 8)
+    x64 = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    b = rng.standard_normal(5, dtype=np.float32)
+    for call in (1, 2):
+        out = np.full((5, 21), np.nan, np.float32)
+        fn(bits.ctypes.data, b.ctypes.data, out.ctypes.data)
+        np.testing.assert_allclose(out, x64 * b.astype(np.float64)[:, None], rtol=1e-6, atol=0)
+        assert ctypes.c_int.in_dll(lib, "morello_test_calls").value == call
+    chosen = ctypes.c_char_p.in_dll(lib, "morello_test_chosen").value
+    assert chosen is not None and chosen.decode() == _expected(isas)
+
+
 MAIN = """\
 #include <stdio.h>
 #include "mmd.h"

@@ -4,8 +4,9 @@ but with the C compiler directly), imported, and called on numpy arrays.
 
 A row op is `name(x, out=None) -> out` over a C-contiguous [rows, n] x (float32, or for a
 bf16 declaration what a bf16 matmul takes: uint16 bits or ml_dtypes.bfloat16) and a float32
-[rows, n] out; it is compared with numpy in float64. A matmul in the same module keeps its
-`(a, b, out=None)` form and messages.
+[rows, n] out; it is compared with numpy in float64. A broadcast op (x + b, x * b) is
+`name(x, b, out=None) -> out` with a float32 b of shape (n,) (`*_row`) or (rows,) (`*_col`).
+A matmul in the same module keeps its `(a, b, out=None)` form and messages.
 """
 
 from __future__ import annotations
@@ -70,6 +71,29 @@ dtype = "bf16"
 [[kernel]]
 name = "mm"
 shape = [3, 4, 5]
+
+[[kernel]]
+name = "bias"
+op = "add_row"
+shape = [4, 3072]
+
+[[kernel]]
+name = "scale_b"
+op = "mul_row"
+shape = [3, 40]
+dtype = "bf16"
+
+[[kernel]]
+name = "shift"
+op = "add_col"
+shape = [7, 33]
+
+[[kernel]]
+name = "rscale_multi"
+op = "mul_col"
+shape = [6, 19]
+dtype = "bf16"
+target = ["avx512", "avx2", "x86-64"]
 """
 
 FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-Wall", "-Wextra", "-Werror")
@@ -175,7 +199,7 @@ def _check(got: np.ndarray, want: np.ndarray, op: str) -> None:
 
 
 def test_module_lists_the_row_kernels(rowmod: Any) -> None:
-    assert rowmod.__morello_kernels__ == (*ROW_KERNELS, "mm")
+    assert rowmod.__morello_kernels__ == (*ROW_KERNELS, "mm", *BROADCAST_KERNELS)
     info = rowmod.__morello_info__
     assert info["sm"]["op"] == "softmax" and info["sm"]["shape"] == (6, 300)
     assert info["gelu"]["op"] == "gelu" and info["sm_bf16"]["dtype"] == "bf16"
@@ -312,3 +336,143 @@ def test_matmul_beside_row_ops_still_works(rowmod: Any) -> None:
     np.testing.assert_allclose(rowmod.mm(a, b), a @ b, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"^mm: out must not share memory with a or b$"):
         rowmod.mm(a, b, out=b.reshape(-1)[:15].reshape(3, 5))
+
+
+# -- broadcast ops: x + b, x * b ----------------------------------------------------------
+
+BROADCAST_KERNELS = ["bias", "scale_b", "shift", "rscale_multi"]
+
+#: numpy's meaning of each op in float64: b along the last axis (`*_row`) or per row (`*_col`).
+BROADCAST_REFERENCES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add_row": lambda x, b: x + b,
+    "mul_row": lambda x, b: x * b,
+    "add_col": lambda x, b: x + b[:, None],
+    "mul_col": lambda x, b: x * b[:, None],
+}
+
+
+def _b_shape(info: dict[str, Any]) -> tuple[int]:
+    rows, n = info["shape"]
+    return (n,) if info["op"].endswith("_row") else (rows,)
+
+
+def test_broadcast_kernels_are_listed_like_row_ops(rowmod: Any) -> None:
+    info = rowmod.__morello_info__
+    assert info["bias"] == {
+        "op": "add_row",
+        "shape": (4, 3072),
+        "dtype": "f32",
+        "threads": 1,
+        "isas": info["sm"]["isas"],
+    }
+    assert info["scale_b"]["op"] == "mul_row" and info["scale_b"]["dtype"] == "bf16"
+    assert info["rscale_multi"]["isas"] == ("avx512", "avx2", "x86-64")
+
+
+@pytest.mark.parametrize("name", BROADCAST_KERNELS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_broadcast_ops_match_numpy(rowmod: Any, name: str, seed: int) -> None:
+    """One rounding of the exact result: within 1e-6 relative of numpy in float64."""
+    info = rowmod.__morello_info__[name]
+    x, x64 = _inputs(info, seed)
+    b = np.random.default_rng(100 + seed).standard_normal(_b_shape(info), dtype=np.float32) * 2
+    want = BROADCAST_REFERENCES[info["op"]](x64, b.astype(np.float64))
+    fn = getattr(rowmod, name)
+    got = fn(x, b)
+    assert got.dtype == np.float32 and got.shape == tuple(info["shape"])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    out = np.full(info["shape"], np.nan, dtype=np.float32)
+    assert fn(x, b, out=out) is out
+    np.testing.assert_array_equal(out, got)
+    assert fn(x, b, out) is out and fn(x=x, b=b) is not out
+
+
+def test_bias_is_added_to_every_row(rowmod: Any) -> None:
+    """add_row of zeros is b in each row; b may be a view of x (both are only read)."""
+    b = np.arange(3072, dtype=np.float32) / 7
+    got = rowmod.bias(np.zeros((4, 3072), np.float32), b)
+    np.testing.assert_array_equal(got, np.broadcast_to(b, (4, 3072)))
+    x = np.random.default_rng(9).standard_normal((4, 3072), dtype=np.float32)
+    np.testing.assert_allclose(
+        rowmod.bias(x, x[2]), x.astype(np.float64) + x[2].astype(np.float64), rtol=1e-6
+    )
+    scale = np.array([1.0, -2.0, 0.5, 0.0, 4.0, 3.0], np.float32)
+    bits = _bf16_bits(np.ones((6, 19), np.float32))
+    np.testing.assert_array_equal(
+        rowmod.rscale_multi(bits, scale), np.repeat(scale, 19).reshape(6, 19)
+    )
+
+
+def _bad_broadcast_calls(m: Any) -> list[tuple[Callable[[], object], type[Exception], str]]:
+    x = np.zeros((4, 3072), np.float32)
+    b = np.zeros(3072, np.float32)
+    shared = np.zeros(4 * 3072, np.float32)
+    return [
+        (lambda: m.bias(x, b[:3071]), ValueError, "bias: b must have shape (3072,), got (3071,)"),
+        (
+            lambda: m.bias(x, b.reshape(1, 3072)),
+            ValueError,
+            "bias: b must have shape (3072,), got (1, 3072)",
+        ),
+        (
+            lambda: m.shift(np.zeros((7, 33), np.float32), np.zeros(33, np.float32)),
+            ValueError,
+            "shift: b must have shape (7,), got (33,)",
+        ),
+        (
+            lambda: m.bias(x, b.astype(np.float64)),
+            TypeError,
+            "bias: b must have dtype float32, got buffer format 'd'",
+        ),
+        (
+            lambda: m.scale_b(np.zeros((3, 40), np.uint16), np.zeros(40, np.uint16)),
+            TypeError,
+            "scale_b: b must have dtype float32, got buffer format 'H'",
+        ),
+        (
+            lambda: m.bias(x, np.zeros(6144, np.float32)[::2]),
+            ValueError,
+            "bias: b must be C-contiguous (row-major); use numpy.ascontiguousarray",
+        ),
+        (
+            lambda: m.bias(x, None),
+            TypeError,
+            "bias: b must be a float32 array (an object with the buffer protocol), "
+            "got <class 'NoneType'>",
+        ),
+        (lambda: m.bias(x, b, out=x), ValueError, "bias: out must not share memory with x"),
+        (
+            lambda: m.bias(x, shared[:3072], out=shared.reshape(4, 3072)),
+            ValueError,
+            "bias: out must not share memory with b",
+        ),
+        (
+            lambda: m.bias(x, b, out=np.zeros((4, 3072), np.float64)),
+            TypeError,
+            "bias: out must have dtype float32, got buffer format 'd'",
+        ),
+        (lambda: m.bias(x), TypeError, "bias() missing required argument 'b' (pos 2)"),
+        (
+            lambda: m.bias(x, b, x.copy(), x.copy()),
+            TypeError,
+            "bias() takes at most 3 arguments (4 given)",
+        ),
+    ]
+
+
+def test_bad_broadcast_arguments_raise_clear_errors(rowmod: Any) -> None:
+    for call, exc, message in _bad_broadcast_calls(rowmod):
+        with pytest.raises(exc) as info:
+            call()
+        assert str(info.value) == message
+
+
+def test_broadcast_docstrings(rowmod: Any) -> None:
+    doc = rowmod.bias.__doc__
+    assert doc.startswith("bias(x, b, out=None) -> out\n\nout = x + b (b[n] added to every row")
+    assert "x: float32[4, 3072], row-major (C-contiguous); b: float32[3072]," in doc
+    assert "out = x * b[:, None] (row i multiplied by b[i])" in rowmod.rscale_multi.__doc__
+    assert (
+        "x: bfloat16 (or its bits as uint16)[3, 40], row-major (C-contiguous); b: float32[40],"
+        in (rowmod.scale_b.__doc__)
+    )
