@@ -368,6 +368,19 @@ def _cli_fixed() -> list[Case]:
         ([*gen, "--spec", "softmax 2147483647x2147483647", "--name", "sm"], "limit"),
         ([*gen, "--spec", "Softmax(8x8, f32:GL:row)", "--name", "sm"], "operand"),
         ([*gen, "--spec", "gelu 8x8", "--name", "free"], "--name"),
+        # x + b / x * b with b broadcast: the same shorthand, a third operand.
+        ([*gen, "--spec", "add_row 8x64x2", "--name", "bias"], "shape"),
+        ([*gen, "--spec", "mul_col 8x64 --layout-b col", "--name", "bias"], "--layout-b"),
+        ([*gen, "--spec", "add_col 8x8 --accumulate", "--name", "bias"], "--accumulate"),
+        ([*gen, "--spec", "mul_row 0x8", "--name", "bias"], "shape"),
+        ([*gen, "--spec", "add_row 8x8 --dtype f16", "--name", "bias"], "--dtype"),
+        ([*gen, "--spec", "add_row 2147483647x2147483647", "--name", "bias"], "limit"),
+        ([*gen, "--spec", "AddRow(8x8, f32:GL:row, f32:GL:row)", "--name", "bias"], "operand"),
+        (
+            [*gen, "--spec", "AddRow(8x8, f32:GL:row, bf16:GL:row, f32:GL:row)", "--name", "b"],
+            "be f32",
+        ),
+        ([*gen, "--spec", "mul_col 8x8", "--name", "int"], "--name"),
         (
             [
                 *gen,
@@ -602,6 +615,22 @@ def decl_cases() -> list[Case]:
                               {**row, "accumulate": "true"}]),
         "accumulate:", must=('"sm"',))  # fmt: skip
     add("decl row op", _decl([row, {**row, "op": '"silu"'}]), "name:", must=("duplicate",))
+    # x + b / x * b (b broadcast): declared as the other row ops.
+    for op in ("add_row", "add_col", "mul_row", "mul_col"):
+        bias = {"name": '"bias"', "op": f'"{op}"', "shape": "[8, 64]"}
+        for v in ("[8, 64, 2]", "[64]", "[0, 64]", '"8x64"', "[2147483647, 2147483647]"):
+            add("decl broadcast op", _decl([{**bias, "shape": v}]), "shape:", must=('"bias"',))
+        for key, v in (
+            ("layouts", '["row", "row", "row"]'), ("dtypes", '["f32", "f32", "f32"]'),
+            ("accumulate", "false"), ("schedule", '"os:getcwd"'),
+        ):  # fmt: skip
+            add("decl broadcast op", _decl([{**bias, key: v}]), f"{key}:",
+                must=('"bias"', 'op = "matmul" only', f'op = "{op}"'))  # fmt: skip
+        add("decl broadcast op", _decl([{**bias, "dtype": '"f16"'}]), "dtype:",
+            must=('"bias"', "type of x"))  # fmt: skip
+    for v in ('"add_rows"', '"AddRow"', '"add row"', '"add"', '"bias"'):
+        add("decl broadcast op", _decl([{"name": '"bias"', "op": v, "shape": "[8, 64]"}]),
+            "op:", must=('"bias"', '"add_row"'))  # fmt: skip
     # The top level.
     kern = '[[tool.morello.kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
     for top, needle in (

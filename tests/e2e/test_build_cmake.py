@@ -527,8 +527,10 @@ ROW_CHECK = r"""
 #include "sm_b.h"
 #include "gelu_k.h"
 #include "silu_d.h"
+#include "bias_k.h"
+#include "scale_k.h"
 
-static float x32[32 * 2048], out[32 * 2048];
+static float x32[32 * 2048], out[32 * 2048], bvec[96];
 static uint16_t xb[32 * 2048];
 
 static float bits_to_f32(uint16_t v)
@@ -590,6 +592,20 @@ int main(void)
     for (i = 0; i < 3 * 40; i++)
         worst = fmax(worst, err(out[i], x32[i] / (1.0 + exp(-(double)x32[i]))));
     fails += report("silu_d", worst);
+    /* x + b (b[96] on every row, from SPEC "add_row") and x * b[:, None] (toml mul_col):
+       one rounding each, so well inside 1e-5. */
+    for (j = 0; j < 96; j++)
+        bvec[j] = x32[4096 + j] * 3.0f;
+    worst = 0.0;
+    bias_k(x32, bvec, out);
+    for (i = 0; i < 8 * 96; i++)
+        worst = fmax(worst, err(out[i], (double)x32[i] + (double)bvec[i % 96]));
+    fails += report("bias_k", worst);
+    worst = 0.0;
+    scale_k(x32, bvec, out);
+    for (i = 0; i < 5 * 40; i++)
+        worst = fmax(worst, err(out[i], (double)x32[i] * (double)bvec[i / 40]));
+    fails += report("scale_k", worst);
     return fails != 0;
 }
 """
@@ -598,18 +614,21 @@ int main(void)
 def test_row_ops_build_link_and_run(tmp_path: Path, cache: Path) -> None:
     """Row operations through CMake (issue 35): `morello_add_kernel(... SPEC "softmax 32x2048
     --dtype bf16")` (the command line's shorthand) and `op = "gelu"` / a multi-ISA `op =
-    "silu"` in a morello.toml, verified at build time, linked into a C program that checks
-    them against libm in double; the C is byte for byte what `morello synth` prints."""
+    "silu"` in a morello.toml, and the broadcast ops (`SPEC "add_row 8x96"`, `op =
+    "mul_col"`: a third pointer, b), verified at build time, linked into a C program that
+    checks them against libm in double; the C is byte for byte what `morello synth` prints."""
     src = _project(
         tmp_path / "src",
         'morello_add_kernel(rows NAME sm_b SPEC "softmax 32x2048 --dtype bf16")\n'
+        'morello_add_kernel(bias NAME bias_k SPEC "add_row 8x96")\n'
         "morello_add_kernels(cfg CONFIG morello.toml)\n"
         "add_executable(check_rows check_rows.c)\n"
-        "target_link_libraries(check_rows PRIVATE rows cfg m)\n",
+        "target_link_libraries(check_rows PRIVATE rows bias cfg m)\n",
         files={
             "morello.toml": '[[kernel]]\nname = "gelu_k"\nop = "gelu"\nshape = [16, 256]\n'
             '[[kernel]]\nname = "silu_d"\nop = "silu"\nshape = [3, 40]\n'
-            'target = ["avx512", "avx2", "x86-64"]\n',
+            'target = ["avx512", "avx2", "x86-64"]\n'
+            '[[kernel]]\nname = "scale_k"\nop = "mul_col"\nshape = [5, 40]\n',
             "check_rows.c": ROW_CHECK,
         },
     )
@@ -623,17 +642,25 @@ def test_row_ops_build_link_and_run(tmp_path: Path, cache: Path) -> None:
         src,
     )  # fmt: skip
     out = _run(["cmake", "--build", str(build)], env, src).stdout
-    for name in ("sm_b", "gelu_k", "silu_d"):
+    names = ("sm_b", "gelu_k", "silu_d", "bias_k", "scale_k")
+    for name in names:
         assert re.search(rf"^{name}: .*; verified ", out, re.M), out
     run = _run([str(build / "check_rows")], env, src)
-    assert run.stdout.split() == ["sm_b:", "ok", "gelu_k:", "ok", "silu_d:", "ok"], run.stderr
+    assert run.stdout.split() == [w for n in names for w in (f"{n}:", "ok")], run.stderr
     silu = json.loads((build / "morello" / "cfg" / "silu_d.json").read_text())
     assert silu["op"] == "silu" and silu["dispatcher"] == "silu_d.c"
     assert [f["isa"] for f in silu["functions"]] == ["avx512", "avx2", "x86-64"]
     assert [o["name"] for o in silu["operands"]] == ["x", "out"]
+    scale = json.loads((build / "morello" / "cfg" / "scale_k.json").read_text())
+    assert scale["op"] == "mul_col" and [o["shape"] for o in scale["operands"]] == [
+        [5, 40],
+        [5],
+        [5, 40],
+    ]
     for lib, name, words in (
         ("rows", "sm_b", ["softmax", "32x2048", "--dtype", "bf16"]),
         ("cfg", "gelu_k", ["gelu", "16x256"]),
+        ("bias", "bias_k", ["add_row", "8x96"]),
     ):
         c, h = tmp_path / f"{name}.c", tmp_path / f"{name}.h"
         _run(
