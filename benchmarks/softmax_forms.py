@@ -34,6 +34,7 @@ from morello_build.schedule import Schedule
 FORMS = ("unscaled", "online", "recompute")
 
 _DRIVER = r"""
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,12 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.shapes.split(","):
         rows, n = (int(v) for v in text.split("x"))
         picked = synthesize(
-            row_spec_text("softmax", rows, n, threads=args.threads), "avx2", threads=args.threads,
+            row_spec_text("softmax", rows, n, threads=args.threads),
+            "avx2",
+            threads=args.threads,
             use_cache=False,
         ).impl
         picked_form = next(
-            (a.split("(")[1].split(",")[0] for a in (x.action for x in iter_nodes(picked))
-             if a.startswith("softmax_parts")),
+            (
+                a.split("(")[1].split(",")[0]
+                for a in (x.action for x in iter_nodes(picked))
+                if a.startswith("softmax_parts")
+            ),
             "?",
         )
         if picked_form == "online" and any(
@@ -151,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                     "samples": args.samples,
                 }
             )
-            flags = kernel_flags("avx2", openmp=args.threads > 1 or any(
-                uses_openmp(generate_c(i, "k", "avx2")) for i in impls.values()
-            ))
+            flags = kernel_flags(
+                "avx2",
+                openmp=args.threads > 1
+                or any(uses_openmp(generate_c(i, "k", "avx2")) for i in impls.values()),
+            )
             exe = d / "forms"
             subprocess.run(
                 [cc.path, *flags, "-I", str(d), *sources, str(d / "main.c"), "-o", str(exe)],
@@ -162,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             env = {"OMP_NUM_THREADS": str(args.threads), "PATH": "/usr/bin:/bin"}
             lines = subprocess.run(
                 ["taskset", "-c", "0" if args.threads == 1 else f"0-{args.threads - 1}", str(exe)],
-                check=True, capture_output=True, text=True, env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
             ).stdout.split()
         for (f, impl), secs in zip(impls.items(), map(float, lines)):
             cost = impl.cost.main if impl.cost else 0
