@@ -34,7 +34,7 @@ from morello_build.schedule import Schedule
 FORMS = ("unscaled", "online", "recompute")
 
 _DRIVER = r"""
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
