@@ -110,7 +110,7 @@ class KernelDecl:
     @property
     def kind(self) -> str:
         """The Spec kind (`ir.spec`): "matmul", or a row op's ("gelu" is "gelu_erf")."""
-        from morello_build.integration.shorthand import ROW_SHORTHANDS
+        from morello_build.integration.op_names import ROW_SHORTHANDS
 
         return ROW_SHORTHANDS.get(self.op, self.op)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from morello_build.integration.shorthand import ROW_SHORTHANDS
+from morello_build.integration.op_names import ROW_SHORTHANDS
 from morello_build.ir.sizes import (
     LIMITS_DOC,
     MAX_DIM,

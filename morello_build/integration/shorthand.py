@@ -18,36 +18,10 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from morello_build.errors import SpecError
-from morello_build.ir.spec import (
-    ADD_COL,
-    ADD_ROW,
-    EXP,
-    GELU_ERF,
-    GELU_TANH,
-    MUL_COL,
-    MUL_ROW,
-    RELU,
-    ROW_KINDS,
-    SILU,
-    SOFTMAX,
-)
+from morello_build.integration.op_names import ROW_SHORTHANDS
+from morello_build.ir.spec import ROW_KINDS
 from morello_build.ir.text import parse_dims
 
-#: Shorthand names of row operations and the Spec kinds they mean (`gelu` is the erf form,
-#: as PyTorch's and ONNX's default).
-ROW_SHORTHANDS: dict[str, str] = {
-    "softmax": SOFTMAX,
-    "relu": RELU,
-    "gelu": GELU_ERF,
-    "gelu_erf": GELU_ERF,
-    "gelu_tanh": GELU_TANH,
-    "silu": SILU,
-    "exp": EXP,
-    "add_row": ADD_ROW,
-    "add_col": ADD_COL,
-    "mul_row": MUL_ROW,
-    "mul_col": MUL_COL,
-}
 SHORTHAND_OPS = ("matmul", *ROW_SHORTHANDS)
 
 #: An operation name followed by words, no parenthesis (the text form is `Matmul(...)`).
