@@ -5,6 +5,7 @@
     morello synth matmul 64x64x64 --format c -o mm.c --header mm.h
     morello verify matmul 100x37x250 --target avx2
     morello bench matmul 256x256x256 --json
+    morello bench softmax 8x2048 --threads 2 --target avx2
     morello cache info
     morello generate --config pyproject.toml --out-dir build/gen
     morello --cmake-dir
@@ -451,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser(
         "bench",
-        help="time the kernel against OpenBLAS, MKL and a loop nest",
+        help="time the kernel against OpenBLAS, MKL and a loop nest (row operations: oneDNN,"
+        " onnxruntime, jax, a loop nest and the memory bound)",
         description="Time the kernel and its peers in one C harness.",
     )
     _add_spec_args(b)
@@ -462,7 +464,10 @@ def build_parser() -> argparse.ArgumentParser:
         " matrix-vector product), fma-peak to time independent register FMAs of the kernel's"
         " ISA on its threads (the compute peak), amx-peak (amx target) to time independent"
         " AMX tile products the same way; these are timed round-robin with the kernel,"
-        " reported as its share of them, and never the best peer",
+        " reported as its share of them, and never the best peer. Row operations (softmax,"
+        " relu, gelu, ...): subset of naive,onednn,stream-rw,onnxruntime,jax [default: all;"
+        " stream-rw is a streaming read+write of the tensor, their memory bound; onnxruntime"
+        " and jax are timed in Python beside the kernel called through ctypes]",
     )
     b.add_argument(
         "--scaling",
@@ -664,9 +669,9 @@ def _check_args(args: argparse.Namespace) -> str | None:
             " add --threads N (N >= 2)"
         )
     if getattr(args, "peers", None) is not None:
-        from morello_build.harness.peer_registry import ALL_PEERS, REFERENCES
+        from morello_build.harness.peer_registry import PEERS, PYTHON_PEERS
 
-        known = (*ALL_PEERS, *REFERENCES)
+        known = (*PEERS, *PYTHON_PEERS)
         unknown = [p for p in args.peers.split(",") if p not in known]
         if unknown:
             return f"--peers: unknown peer {unknown[0]!r} (known: {', '.join(known)})"

@@ -24,6 +24,12 @@ With more threads, MKL runs on GNU OpenMP (one runtime shared with OpenMP kernel
 thread pools spin only briefly after a call, since implementations alternate. The naive
 peer is always single-threaded. The peers themselves are `harness.peer_registry`; the C of the
 harness is `templates/harness.c`; the report is `harness.report`.
+
+Row operations (softmax, activations) are timed the same way against the loop nest,
+oneDNN and `stream-rw` (their memory bound) here, with inputs and bounds of
+`harness.row_reference`; their Python peers (onnxruntime, jax) cannot be linked into the
+harness, so `harness.row_peers` times them afterwards in this process beside the kernel
+called through ctypes, with the same protocol.
 """
 
 from __future__ import annotations
@@ -72,10 +78,15 @@ from morello_build.harness.peer_registry import (
     ONE_THREAD,
     PEER_ISAS,
     PEERS,
+    PYTHON_PEERS,
     REFERENCES,
+    ROW_C_PEERS,
+    ROW_OPS,
+    ROW_REFERENCES,
     PeerImpl,
     PeerLib,
     c_call_args,
+    onednn_isa_env,
     peer_isa_settings,
     plan_peers,
     reference_iters,
@@ -254,6 +265,32 @@ def _write_inputs(
     return logical, out
 
 
+def _write_row_inputs(abi: KernelABI, workdir: Path, seed: int) -> tuple[Any, Any]:
+    """A row operation's input (uniform, `row_reference.random_rows`: the timed case,
+    no infinities or subnormal paths) as a raw file and the NaN-like initial output;
+    returns (the input as float64 values, as stored)."""
+    from morello_build.harness.arrays import encode
+    from morello_build.harness.row_reference import random_rows
+
+    x, out = abi.operands
+    rng = np.random.default_rng(seed)
+    values = random_rows(x.shape, rng, abi.op, x.dtype)
+    stored = encode(x.dtype, values)
+    to_physical(stored, x.order).tofile(workdir / "in_0.bin")
+    to_physical(sentinel_fill(out, 0), out.order).tofile(workdir / "init.bin")
+    return values, stored
+
+
+def split_row_peers(peers: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(C harness peers, Python peers) of a row benchmark; None: the defaults (the loop
+    nest, oneDNN, `stream-rw`; onnxruntime and jax)."""
+    from morello_build.harness.row_peers import PY_PEERS
+
+    if peers is None:
+        return [*ROW_C_PEERS, *ROW_REFERENCES], list(PY_PEERS)
+    return [p for p in peers if p not in PY_PEERS], [p for p in peers if p in PY_PEERS]
+
+
 def _check_one_thread(kernel: GeneratedKernel, one: GeneratedKernel, threads: int) -> None:
     """`one` must compute what `kernel` does, on one thread, under another C name."""
     if threads < 2:
@@ -313,9 +350,16 @@ def bench_kernel(
         )
     if one_thread is not None:
         _check_one_thread(kernel, one_thread, threads)
-    wanted = list(ALL_PEERS if peers is None else peers)
+    rows = abi.op in ROW_OPS
+    py_peers: list[str] = []
+    if rows:
+        wanted, py_peers = split_row_peers(peers)
+    else:
+        wanted = list(ALL_PEERS if peers is None else peers)
     cc = find_compiler(compiler)
     impls, skipped, libs, thread_setup = plan_peers(abi, wanted, threads)
+    for name in set(wanted) & set(PYTHON_PEERS):  # only row operations reach split_row_peers
+        skipped[name] = f"{name} is a peer of row operations (softmax, activations) only"
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[var] = str(threads)
@@ -333,6 +377,8 @@ def bench_kernel(
         )
 
     limit_env, naive_arch = peer_isa_settings(abi.isa, peer_isa)
+    if rows:
+        limit_env = onednn_isa_env(abi.isa, peer_isa)
     env.update(limit_env)
     peer_limit = " ".join(f"{k}={v}" for k, v in limit_env.items())
     if naive_arch != HOST_NAIVE_ARCH:
@@ -343,8 +389,22 @@ def bench_kernel(
         exe = _build(
             cc, workdir, kernel, impls, libs, thread_setup, naive_arch, threads, one_thread
         )
-        logical, out = _write_inputs(abi, workdir, seed)
-        expected = reference_output(abi, logical)
+        if rows:
+            from morello_build.harness.verify import check_rows
+
+            out = abi.operands[1]
+            x_values, x_stored = _write_row_inputs(abi, workdir, seed)
+
+            def check(got: NDArray[Any]) -> tuple[bool, str]:
+                ok, _, msg = check_rows(abi.op, x_values, got)
+                return ok, msg
+        else:
+            logical, out = _write_inputs(abi, workdir, seed)
+            expected = reference_output(abi, logical)
+
+            def check(got: NDArray[Any]) -> tuple[bool, str]:
+                ok, _, _, msg = compare_output(expected, got, out.dtype)
+                return ok, msg
 
         one_thread_name = one_thread.abi.name if one_thread is not None else ""
         # 1. Check every implementation once against numpy.
@@ -359,8 +419,7 @@ def bench_kernel(
                 name = line.name
                 raw = np.fromfile(workdir / f"out_{name}.bin", dtype=STORAGE[out.dtype])
                 phys = raw.reshape(tuple(out.shape[d] for d in out.order))
-                got = decode(out.dtype, from_physical(phys, out.order))
-                ok, _, max_rel, msg = compare_output(expected, got, out.dtype)
+                ok, msg = check(decode(out.dtype, from_physical(phys, out.order)))
                 if ok:
                     passed.append(name)
                 elif name in (MORELLO, ONE_THREAD):
@@ -377,6 +436,26 @@ def bench_kernel(
             env,
             "timing",
         )
+        python = None
+        if rows and (py_peers or peers is None):
+            from morello_build.harness.row_peers import time_python_peers
+
+            try:
+                python = time_python_peers(
+                    kernel,
+                    x_stored,
+                    check,
+                    peers=py_peers,
+                    threads=threads,
+                    cc=cc,
+                    workdir=workdir / "py",
+                    sample_s=SAMPLE_SECONDS,
+                    min_time=min_time,
+                    warmup_s=WARMUP_SECONDS,
+                    min_samples=MIN_SAMPLES,
+                )
+            except ValueError as exc:
+                raise BenchError(f"kernel {abi.name} {exc}") from exc
     samples, reps = parse_timing(stdout, passed)
 
     def timed(name: str) -> ImplResult:
@@ -390,6 +469,32 @@ def bench_kernel(
     if one_thread is not None:
         results.append(timed(ONE_THREAD))
     not_peers = (*REFERENCES, ONE_THREAD)
+    if rows:
+        report = BenchReport(
+            spec=kernel.spec_text,
+            kernel=abi.name,
+            target=abi.isa,
+            threads=threads,
+            flops=abi.flops,
+            compiler=cc.name,
+            results=tuple(results),
+            best_peer=None,
+            ratio=None,
+            peer_limit=peer_limit,
+            tune=kernel.tune,
+            bytes=sum(
+                math.prod(op.shape) * np.dtype(STORAGE[op.dtype]).itemsize for op in abi.operands
+            ),
+            python_results=python.results if python is not None else (),
+            xla_flags=python.xla_flags if python is not None else "",
+        )
+        ratios = report.peer_ratios()
+        best_name = min(ratios, key=lambda k: ratios[k], default=None)
+        return replace(
+            report,
+            best_peer=best_name,
+            ratio=ratios[best_name] if best_name is not None else None,
+        )
     timed_peers = [r for r in results[1:] if r.skipped is None and r.name not in not_peers]
     best = min(timed_peers, key=lambda r: r.seconds, default=None)
     ratio = best.seconds / results[0].seconds if best is not None else None

@@ -7,7 +7,9 @@ rename them (scipy-openblas prefixes every symbol with ``scipy_``) and builds di
 what they export (e.g. ``sbgemm`` only exists in OpenBLAS built with BUILD_BFLOAT16).
 Besides the libraries, a plain loop nest (``naive``) and three references are timed beside
 the kernel: a streaming read of B and the register FMA and AMX tile peaks (never a "best
-peer"; they bound what the kernel can reach).
+peer"; they bound what the kernel can reach). Row operations (softmax, activations) meet the
+loop nest, oneDNN's softmax and eltwise primitives and a streaming read+write of the tensor
+(their memory bound); their Python peers (onnxruntime, jax) are `harness.row_peers`.
 
 This module imports no numpy, so the command line can check peer names cheaply.
 """
@@ -51,6 +53,20 @@ ONE_THREAD = "morello-build@1"
 STREAM_READ = "stream-read"
 FMA_PEAK = "fma-peak"
 AMX_PEAK = "amx-peak"
+#: A row operation's memory bound: its input read and its output written once, as plain
+#: vector loads and stores over the tensor (on the kernel's threads).
+STREAM_RW = "stream-rw"
+#: oneDNN's softmax (softmax_v2: `dnnl_softmax_forward_primitive_desc_create`) and eltwise
+#: primitives, through its C API declared by hand.
+ONEDNN = "onednn"
+#: The user-facing row operations (`ir.spec.USER_ROW_KINDS`, spelled out so this module
+#: stays free of the IR's imports) and the C peers each meets by default.
+ROW_OPS = ("softmax", "relu", "gelu_tanh", "gelu_erf", "silu", "exp")
+ROW_C_PEERS: tuple[str, ...] = ("naive", ONEDNN)
+ROW_REFERENCES: tuple[str, ...] = (STREAM_RW,)
+#: Row operations' peers timed in Python (`harness.row_peers`), named here so that the
+#: command line checks names without importing numpy.
+PYTHON_PEERS: tuple[str, ...] = ("onnxruntime", "jax")
 
 
 @dataclass(frozen=True)
@@ -63,13 +79,17 @@ class PeerLib:
     library: str = ""  # absolute path of the shared object
     version: str = ""
     symbols: Mapping[str, str] = field(default_factory=dict)
+    #: The rpath is also searched for the library's own dependencies (DT_RPATH, not
+    #: RUNPATH): wheels such as oneDNN's put them beside it without an rpath of their own.
+    transitive_rpath: bool = False
 
     @property
     def link_args(self) -> tuple[str, ...]:
         """Linker arguments: the library itself plus an rpath so the harness finds it."""
         if not self.available:
             return ()
-        return (self.library, f"-Wl,-rpath,{Path(self.library).parent}")
+        tags = ("-Wl,--disable-new-dtags",) if self.transitive_rpath else ()
+        return (*tags, self.library, f"-Wl,-rpath,{Path(self.library).parent}")
 
     def symbol(self, role: str) -> str | None:
         return self.symbols.get(role)
@@ -183,6 +203,61 @@ def find_mkl() -> PeerLib:
     return PeerLib("mkl", True, "", path, version, symbols)
 
 
+#: Distributions that ship libdnnl, in the order they are tried: the plain CPU builds first
+#: (OpenMP or TBB runtime), then the `onednn` wheel, whose CPU runtime is SYCL and so needs
+#: a SYCL CPU device (an OpenCL CPU runtime with its adapter) to create an engine at all.
+ONEDNN_DISTS = ("onednn-cpu-gomp", "onednn-cpu-iomp", "onednn-cpu-tbb", "onednn")
+#: A libdnnl.so to use instead of the wheels' (a path).
+ONEDNN_ENV = "MORELLO_ONEDNN_LIB"
+
+
+def _dist_library(dist: str, stem: str) -> tuple[str, str] | None:
+    """(the absolute path of `stem`*.so* among `dist`'s installed files, its version)."""
+    from importlib import metadata
+
+    try:
+        d = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return None
+    libs = sorted(
+        str(Path(str(d.locate_file(f))).resolve())
+        for f in (d.files or ())
+        if Path(str(f)).name.startswith(f"{stem}.so")
+    )
+    # The versioned name (libdnnl.so.3) is what the library's SONAME and users link.
+    libs.sort(key=lambda x: (x.endswith(".so"), len(x)))
+    return (libs[0], d.version) if libs else None
+
+
+@functools.cache
+def find_onednn() -> PeerLib:
+    """libdnnl from $MORELLO_ONEDNN_LIB or the first of `ONEDNN_DISTS` installed (found
+    from `importlib.metadata`'s file lists: the wheels put it in the environment's lib/).
+
+    It is not loaded here: its dependencies (TBB, SYCL, OpenMP) sit beside it without an
+    rpath, so only the harness, linked with a transitive rpath, can load it; whether it
+    can create a CPU engine is asked there (`_plan_onednn`)."""
+    explicit = os.environ.get(ONEDNN_ENV)
+    if explicit:
+        if not Path(explicit).is_file():
+            return PeerLib("onednn", False, f"${ONEDNN_ENV}={explicit} is not a file")
+        return PeerLib(
+            "onednn", True, "", str(Path(explicit).resolve()), "", {}, transitive_rpath=True
+        )
+    for dist in ONEDNN_DISTS:
+        found = _dist_library(dist, "libdnnl")
+        if found is not None:
+            return PeerLib(
+                "onednn", True, "", found[0], f"{dist} {found[1]}", {}, transitive_rpath=True
+            )
+    return PeerLib(
+        "onednn",
+        False,
+        f"no libdnnl: none of {', '.join(ONEDNN_DISTS)} is installed and ${ONEDNN_ENV} is"
+        " unset (pip install onednn-cpu-gomp)",
+    )
+
+
 # --------------------------------------------------------------------------- libraries
 
 
@@ -235,6 +310,30 @@ OPENBLAS = Library(
     },
     pin_on_host_isa=True,
 )
+#: oneDNN takes its thread count from OMP_NUM_THREADS (OpenMP builds; the harness sets it)
+#: or the process's CPU mask (TBB, SYCL: the harness pins a one-thread run to one CPU).
+#: It is held to an ISA by ONEDNN_MAX_CPU_ISA; not in `LIBRARIES`, which are the matmul
+#: peers' pins (`PEER_ISA_LIMITS`): a row benchmark adds it (`onednn_isa_env`).
+ONEDNN_LIB = Library(
+    "onednn",
+    find_onednn,
+    lambda lib: "",
+    {
+        "avx512": ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16"),
+        "avx2": ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+        "x86-64": ("ONEDNN_MAX_CPU_ISA", "SSE41"),
+    },
+)
+
+
+def onednn_isa_env(isa: str, peer_isa: str) -> dict[str, str]:
+    """The environment holding oneDNN to a kernel's ISA, as `peer_isa_settings` does for
+    the matmul libraries (only when the kernel's ISA is older than this host's)."""
+    if peer_isa != "kernel" or native_isa() == isa or isa not in ONEDNN_LIB.isa_env:
+        return {}
+    return dict([ONEDNN_LIB.isa_env[isa]])
+
+
 #: In the order their variables are listed in a report's `peer_limit`.
 LIBRARIES: tuple[Library, ...] = (MKL, OPENBLAS)
 
@@ -516,9 +615,56 @@ def naive_source(abi: KernelABI, fn: str = "morello_bench_naive") -> str:
         else:
             value = f"({dst.c_type}){value}"
         body = f"{loops}{'    ' * (len(names) + 1)}{dst.name}[{idx(dst, names)}] = {value};"
+    elif abi.op in ROW_OPS:
+        body = _row_naive_body(abi)
     else:
         raise ValueError(f"unknown op {abi.op!r}")
     return render("naive.c", prototype=proto, body=body)
+
+
+#: The textbook C of each activation of `v` (a float), with libm's functions.
+_ACTIVATION_C = {
+    "relu": "fmaxf(v, 0.0f)",
+    "exp": "expf(v)",
+    "silu": "v / (1.0f + expf(-v))",
+    "gelu_erf": "0.5f * v * (1.0f + erff(v * 0.70710678118654752f))",
+    "gelu_tanh": "0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))",
+}
+
+
+def _row_naive_body(abi: KernelABI) -> str:
+    """A row operation as one would first write it: softmax in three passes per row (max,
+    exponentials and their sum, scale by the reciprocal), an activation as one loop, both
+    with libm's functions (so -O3 without -ffast-math keeps them scalar calls)."""
+    x, out = abi.operands
+    rows, n = x.shape
+    sx, so = strides(x), strides(out)
+    xi = f"mb_r * {sx[0]}L + mb_j * {sx[1]}L"
+    oi = f"mb_r * {so[0]}L + mb_j * {so[1]}L"
+    load = f"bf16_to_f32({x.name}[{xi}])" if x.dtype == "bf16" else f"{x.name}[{xi}]"
+    o = f"{out.name}[{oi}]"
+    rows_loop = f"for (long mb_r = 0; mb_r < {rows}L; mb_r++)"
+    cols = f"for (long mb_j = 0; mb_j < {n}L; mb_j++)"
+    if abi.op != "softmax":
+        return f"""    {rows_loop}
+        {cols} {{
+            const float v = {load};
+            {o} = {_ACTIVATION_C[abi.op]};
+        }}"""
+    return f"""    {rows_loop} {{
+        float mb_m = -INFINITY, mb_s = 0.0f;
+        {cols} {{
+            const float v = {load};
+            mb_m = v > mb_m ? v : mb_m;
+        }}
+        {cols} {{
+            const float e = expf({load} - mb_m);
+            {o} = e;
+            mb_s += e;
+        }}
+        const float mb_inv = 1.0f / mb_s;
+        {cols} {o} *= mb_inv;
+    }}"""
 
 
 def _plan_naive(abi: KernelABI, threads: int) -> PeerImpl | str:
@@ -540,6 +686,72 @@ def _plan_stream_read(abi: KernelABI, threads: int) -> PeerImpl | str:
         "    morello_bench_sink += morello_bench_stream(buf[1], (long)nbytes[1]);",
         "float morello_bench_stream(const void *, long);\nstatic volatile float morello_bench_sink;",
         reference=True,
+    )
+
+
+def _plan_stream_rw(abi: KernelABI, threads: int) -> PeerImpl | str:
+    """The input read and the output written once by plain vector loads and stores (bf16
+    input: widened to f32 as it is stored), on the kernel's threads: a row operation's
+    memory bound, meeting the same cache state as the kernel."""
+    if abi.op not in ROW_OPS:
+        return "a streaming read+write of the tensor needs a row operation"
+    x, out = abi.operands
+    n = math.prod(x.shape)
+    fn = "morello_bench_stream_rw_bf16" if x.dtype == "bf16" else "morello_bench_stream_rw"
+    return PeerImpl(
+        STREAM_RW,
+        f"    {fn}(buf[0], buf[1], {n}L, {threads});",
+        f"void {fn}(const void *, void *, long, int);",
+        reference=True,
+    )
+
+
+def stream_rw_source(abi: KernelABI) -> str:
+    return render("stream_rw.c")
+
+
+#: oneDNN's data types (dnnl_data_type_t) and algorithms (dnnl_alg_kind_t) by value, from
+#: its public C API: the harness declares what it calls by hand (no headers needed).
+_DNNL_TYPES = {"f32": 3, "bf16": 2}
+_DNNL_ALGS = {
+    "softmax": 0x30000,  # dnnl_softmax_accurate
+    "relu": 0x20,  # dnnl_eltwise_relu (alpha 0: max(x, 0))
+    "exp": 0x2A,  # dnnl_eltwise_exp
+    "gelu_tanh": 0x2B,  # dnnl_eltwise_gelu_tanh
+    "silu": 0x2C,  # dnnl_eltwise_swish (alpha 1: x * sigmoid(x))
+    "gelu_erf": 0x31,  # dnnl_eltwise_gelu_erf
+}
+
+
+def _plan_onednn(abi: KernelABI, threads: int) -> PeerImpl | str:
+    """oneDNN's softmax (axis 1) or eltwise primitive on the harness buffers, created in
+    setup (the primitive is compiled for the shape there, as a framework would cache it);
+    setup marks it skipped with oneDNN's status when the library cannot run it."""
+    if abi.op not in ROW_OPS:
+        return "oneDNN is a peer of row operations here (matmul meets the BLAS peers)"
+    lib = find_onednn()
+    if not lib.available:
+        return lib.reason
+    x, out = abi.operands
+    if x.order != (0, 1) or out.order != (0, 1):
+        return "oneDNN's plain 2-D format is row-major"
+    if abi.op != "softmax" and x.dtype != out.dtype:
+        return f"oneDNN's eltwise takes one data type for src and dst, not {x.dtype} -> f32"
+    rows, n = x.shape
+    src_t, dst_t = _DNNL_TYPES[x.dtype], _DNNL_TYPES[out.dtype]
+    alg = _DNNL_ALGS[abi.op]
+    create = (
+        f"dnnl_softmax_forward_primitive_desc_create(&pd, eng, 96, {alg}, sd, dd, 1, 0)"
+        if abi.op == "softmax"
+        else "dnnl_eltwise_forward_primitive_desc_create(&pd, eng, 96, "
+        f"{alg}, sd, dd, {'1.0f' if abi.op == 'silu' else '0.0f'}, 0.0f, 0)"
+    )
+    return PeerImpl(
+        ONEDNN,
+        "    dnnl_primitive_execute(mb_dnnl_prim, mb_dnnl_stream, 2, mb_dnnl_args);\n"
+        "    dnnl_stream_wait(mb_dnnl_stream);",
+        render("onednn_decls.c"),
+        render("onednn_setup.c", rows=rows, n=n, src_t=src_t, dst_t=dst_t, create=create),
     )
 
 
@@ -669,14 +881,25 @@ def _peers() -> dict[str, Peer]:
             source=amx_file,
             reference=True,
         ),
+        # Row operations' (after the matmul ones, whose order is unchanged)
+        Peer(ONEDNN, _plan_onednn, ONEDNN_LIB),
+        Peer(
+            STREAM_RW,
+            _plan_stream_rw,
+            source=PeerSource("morello_bench_stream_rw.c", stream_rw_source, "isa"),
+            reference=True,
+        ),
     )
     return {p.name: p for p in peers}
 
 
 #: Every peer and reference by name, in table order.
 PEERS: dict[str, Peer] = _peers()
-#: Peers benchmarked when `peers=None`, in table order.
-ALL_PEERS: tuple[str, ...] = tuple(n for n, p in PEERS.items() if not p.reference)
+#: Peers benchmarked when `peers=None` (a matmul; row operations: `ROW_C_PEERS`), in table
+#: order.
+ALL_PEERS: tuple[str, ...] = tuple(
+    n for n, p in PEERS.items() if not p.reference and n not in ROW_C_PEERS[1:]
+)
 REFERENCES: tuple[str, ...] = tuple(n for n, p in PEERS.items() if p.reference)
 COMPUTE_PEAKS: tuple[str, ...] = (FMA_PEAK, AMX_PEAK)
 

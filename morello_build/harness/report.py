@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from morello_build.harness.peer_registry import AMX_PEAK, FMA_PEAK, ONE_THREAD, STREAM_READ
+from morello_build.harness.peer_registry import (
+    AMX_PEAK,
+    FMA_PEAK,
+    ONE_THREAD,
+    STREAM_READ,
+    STREAM_RW,
+)
 from morello_build.machine.target import tune_note
 
 
@@ -50,6 +56,7 @@ _REFERENCE_LINES = {
     FMA_PEAK: "the register FMA peak timed beside it",
     AMX_PEAK: "the AMX tile peak timed beside it",
     STREAM_READ: "the speed of a streaming read of B",
+    STREAM_RW: "the speed of a streaming read+write of the tensor (the memory bound)",
 }
 
 
@@ -68,6 +75,36 @@ class BenchReport:
     ratio: float | None  # best peer median seconds / morello median seconds
     peer_limit: str = ""  # how the peers were held to the kernel's ISA ("" = not at all)
     tune: str = "generic"  # the kernel's tuning (`GeneratedKernel.tune`)
+    #: Row operations: bytes read and written per call (input + output; GB/s use it).
+    bytes: int = 0
+    #: Row operations: the Python loop (`harness.row_peers`), the kernel through ctypes
+    #: first, then onnxruntime and jax; their ratios are over that kernel row.
+    python_results: tuple[ImplResult, ...] = ()
+    xla_flags: str = ""  # what jax ran with
+
+    @property
+    def is_rows(self) -> bool:
+        return self.bytes > 0
+
+    def peer_ratios(self) -> dict[str, float]:
+        """Each timed peer's median over the kernel's median in the same loop (C harness
+        peers over the C-harness kernel, Python peers over the ctypes kernel): > 1 means
+        the kernel is faster. References and the one-thread kernel are not peers."""
+        from morello_build.harness.peer_registry import REFERENCES
+
+        out: dict[str, float] = {}
+        for group in (self.results, self.python_results):
+            if not group or group[0].skipped is not None:
+                continue
+            for r in group[1:]:
+                if r.skipped is None and r.name not in (*REFERENCES, ONE_THREAD):
+                    out[r.name] = r.seconds / group[0].seconds
+        return out
+
+    def gbs(self, r: ImplResult, best: bool = False) -> float:
+        """GB/s of `r` moving this report's `bytes` per call."""
+        t = r.seconds_best if best else r.seconds
+        return self.bytes / t / 1e9 if t > 0 else math.inf
 
     def result(self, name: str) -> ImplResult:
         for r in self.results:
@@ -76,6 +113,23 @@ class BenchReport:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
+        doc = self._matmul_json()
+        if not self.is_rows:
+            return doc
+        for group, key in ((self.results, "results"), (self.python_results, "python_results")):
+            doc[key] = [
+                {**r.to_json(), **({} if r.skipped else {"gbs": self.gbs(r)})} for r in group
+            ]
+            for entry in doc[key]:
+                entry.pop("gflops", None)
+                entry.pop("gflops_best", None)
+        doc["bytes"] = self.bytes
+        doc["peer_ratios"] = self.peer_ratios()
+        doc["stream_share"] = self.share_of(STREAM_RW)
+        doc["xla_flags"] = self.xla_flags
+        return doc
+
+    def _matmul_json(self) -> dict[str, Any]:
         return {
             "spec": self.spec,
             "kernel": self.kernel,
@@ -92,6 +146,8 @@ class BenchReport:
         }
 
     def format_table(self) -> str:
+        if self.is_rows:
+            return self._rows_table()
         lines = [
             f"spec: {self.spec}",
             f"kernel {self.kernel}, target {self.target}{tune_note(self.tune)}, "
@@ -124,6 +180,61 @@ class BenchReport:
                 lines.append(f"morello-build / {name}: {share:.0%} of {what}")
         return "\n".join(lines)
 
+    def _rows_table(self) -> str:
+        """The row-operation table: GB/s, and each peer's ratio beside it."""
+        ratios = self.peer_ratios()
+        head = (
+            f"{'implementation':<24}{'GB/s med':>10}{'GB/s best':>11}{'us/call med':>13}"
+            f"{'samples':>9}  {'peer / morello':>14}"
+        )
+
+        def rows(group: tuple[ImplResult, ...]) -> list[str]:
+            out = []
+            for r in group:
+                if r.skipped is not None:
+                    out.append(f"{r.name:<24}skipped: {r.skipped}")
+                    continue
+                ratio = f"{ratios[r.name]:>13.2f}x" if r.name in ratios else ""
+                out.append(
+                    f"{r.name:<24}{self.gbs(r):>10.2f}{self.gbs(r, True):>11.2f}"
+                    f"{r.seconds * 1e6:>13.4g}{r.samples:>9d}  {ratio}"
+                )
+            return out
+
+        lines = [
+            f"spec: {self.spec}",
+            f"kernel {self.kernel}, target {self.target}{tune_note(self.tune)}, "
+            f"{self.threads} thread(s), {self.bytes} bytes/call (input + output), "
+            f"{self.compiler}",
+            f"peers: {self.peer_limit or 'all of this host'}",
+            "C harness (one executable, round-robin samples; the peer / morello column is "
+            "the peer's median time over the kernel's: > 1 means morello-build is faster):",
+            head,
+            *rows(self.results),
+        ]
+        if self.python_results:
+            lines += [
+                "Python loop (same protocol in this process; morello-build called through "
+                "ctypes, so the Python call overhead is on both sides of these ratios):",
+                head,
+                *rows(self.python_results),
+            ]
+            if self.xla_flags:
+                lines.append(f"jax ran with XLA_FLAGS={self.xla_flags}")
+        if self.best_peer is not None and self.ratio is not None:
+            lines.append(
+                f"morello-build / best peer ({self.best_peer}, compared in its own loop): "
+                f"{self.ratio:.3f}x"
+            )
+        else:
+            lines.append("no peer could be timed")
+        share = self.share_of(STREAM_RW)
+        if share is not None:
+            lines.append(
+                f"morello-build / {STREAM_RW}: {share:.0%} of {_REFERENCE_LINES[STREAM_RW]}"
+            )
+        return "\n".join(lines)
+
     def _timed_pair(self, name: str) -> tuple[ImplResult, ImplResult] | None:
         """(the kernel's result, `name`'s) when both were timed, else None."""
         other = next((r for r in self.results if r.name == name), None)
@@ -146,7 +257,7 @@ class BenchReport:
         if pair is None:
             return None
         mine, ref = pair
-        if reference == STREAM_READ:  # same bytes of B per call: a ratio of times
+        if reference in (STREAM_READ, STREAM_RW):  # same bytes per call: a ratio of times
             return ref.seconds / mine.seconds
         return mine.gflops / ref.gflops
 

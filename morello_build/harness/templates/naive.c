@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdint.h>
 
 static inline float bf16_to_f32(uint16_t x) {

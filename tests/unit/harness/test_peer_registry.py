@@ -42,7 +42,7 @@ def _zero() -> KernelABI:
 
 def test_the_peers_and_references_keep_their_names_and_order() -> None:
     assert ALL_PEERS == ("openblas", "mkl", "mkl-jit", "naive")
-    assert REFERENCES == ("stream-read", "fma-peak", "amx-peak")
+    assert REFERENCES == ("stream-read", "fma-peak", "amx-peak", "stream-rw")
     assert all(PEERS[n].reference for n in REFERENCES)
     assert not any(PEERS[n].reference for n in ALL_PEERS)
 
@@ -120,7 +120,7 @@ def test_plan_links_each_library_once_and_names_unknown_peers() -> None:
     plan = plan_peers(_matmul(), ["openblas", "mkl", "mkl-jit", "naive", "eigen"], 2)
     assert plan.skipped["eigen"] == (
         "unknown peer 'eigen' (known: openblas, mkl, mkl-jit, naive, stream-read, fma-peak, "
-        "amx-peak)"
+        "amx-peak, onednn, stream-rw)"
     )
     assert len({lib.name for lib in plan.libs}) == len(plan.libs)
     assert [i.name for i in plan.impls] == [
