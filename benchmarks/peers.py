@@ -26,6 +26,10 @@ Results are merged into ``--results`` (JSON) keyed by
 (target, shape), so the table can be built piecewise; the table and the plot always show
 everything in that file.
 
+Softmax and activations: ``--ops softmax`` or ``--ops gelu,gelu_tanh,silu,relu,exp`` builds
+their tables instead (against oneDNN, onnxruntime, jax, a loop nest and the streaming bound;
+see benchmarks/peers_rows.py for its options).
+
 Shapes: ``N`` (N^3), ``MxKxN``, optionally prefixed ``bf16:`` (bf16 x bf16 -> f32) and
 suffixed ``@T`` (T threads). The FMA peak is *measured*, in each row's own harness: a
 loop of 24 independent register FMAs (zmm for avx512, 12 ymm for avx2) on the row's
@@ -524,6 +528,13 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--ops" or a.startswith("--ops=") for a in argv):
+        # Softmax and activations: a table of their own (benchmarks/peers_rows.py).
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from peers_rows import main as rows_main
+
+        return rows_main(argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument(
         "--targets",

@@ -624,7 +624,7 @@ def naive_source(abi: KernelABI, fn: str = "morello_bench_naive") -> str:
 
 #: The textbook C of each activation of `v` (a float), with libm's functions.
 _ACTIVATION_C = {
-    "relu": "fmaxf(v, 0.0f)",
+    "relu": "v > 0.0f ? v : 0.0f",
     "exp": "expf(v)",
     "silu": "v / (1.0f + expf(-v))",
     "gelu_erf": "0.5f * v * (1.0f + erff(v * 0.70710678118654752f))",

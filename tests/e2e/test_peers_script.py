@@ -211,3 +211,31 @@ def test_rows_are_in_the_issues_order(monkeypatch: pytest.MonkeyPatch) -> None:
         "avx2/bf16:1x2048x16384",
         "avx512/8",
     ]
+
+
+def test_row_ops_table_end_to_end(tmp_path: Path) -> None:
+    """`--ops`: softmax and an activation on tiny rows, one each; the table has a line per
+    row with the kernel's GB/s, its share of the streaming bound and a goal verdict."""
+    args = ["--ops", "softmax,relu", "--shapes", "2x64", "--min-time", "0.02"]
+    p = _run(tmp_path, *args)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert set(doc) == {"softmax/2x64", "relu/2x64"}
+    for op in ("softmax", "relu"):
+        row = doc[f"{op}/2x64"]
+        assert row["op"] == op and row["bytes"] == 2 * 64 * 8
+        line = next(x for x in p.stdout.splitlines() if x.startswith(f"| {op} | 2x64 | 1 |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert float(cells[3]) > 0 and cells[5].endswith("%")
+        assert cells[-1] == "met" or cells[-1].startswith("missed: ")
+    assert "naive" in p.stdout.splitlines()[0]
+
+
+def test_row_ops_usage_errors(tmp_path: Path) -> None:
+    for args, message in (
+        (["--ops", "softmx"], "--ops: unknown ['softmx']"),
+        (["--ops", "relu", "--shapes", "2x64x3"], "bad shape '2x64x3'"),
+    ):
+        p = _run(tmp_path, *args)
+        assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "r.json").exists()
