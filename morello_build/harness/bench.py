@@ -98,6 +98,7 @@ from morello_build.harness.report import (
     parse_timing,
     timed_result,
 )
+from morello_build.ir.spec import ROW_KINDS
 from morello_build.machine.isa import ISA_FLAGS, host_supports
 
 __all__ = ["BenchError", "bench_kernel"]
@@ -351,6 +352,11 @@ def bench_kernel(
     if one_thread is not None:
         _check_one_thread(kernel, one_thread, threads)
     rows = abi.op in ROW_OPS
+    if abi.op in ROW_KINDS and not rows:
+        raise BenchError(
+            f"{abi.op} kernels have no benchmark peers yet; morello bench takes matmul and "
+            f"the row operations {', '.join(ROW_OPS)} (morello verify checks any kernel)"
+        )
     py_peers: list[str] = []
     if rows:
         wanted, py_peers = split_row_peers(peers)
@@ -396,7 +402,7 @@ def bench_kernel(
             x_values, x_stored = _write_row_inputs(abi, workdir, seed)
 
             def check(got: NDArray[Any]) -> tuple[bool, str]:
-                ok, _, msg = check_rows(abi.op, x_values, got)
+                ok, _, _, msg = check_rows(abi.op, {"x": x_values}, got)
                 return ok, msg
         else:
             logical, out = _write_inputs(abi, workdir, seed)

@@ -21,10 +21,9 @@ import morello_build.harness.row_peers as row_peers
 from morello_build.api import row_spec_text, synthesize_kernel
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.harness.bench import BenchError, bench_kernel
-from morello_build.harness.peer_registry import find_onednn
+from morello_build.harness.peer_registry import ROW_OPS, find_onednn
 from morello_build.harness.row_reference import random_rows
 from morello_build.harness.verify import check_rows
-from morello_build.ir.spec import USER_ROW_KINDS
 from morello_build.machine.isa import host_supports
 from tests.support.paths import REPO_ROOT
 
@@ -119,7 +118,7 @@ def test_each_peer_is_checked_then_timed(peer: str, op: str) -> None:
     assert r.seconds > 0
 
 
-@pytest.mark.parametrize("op", USER_ROW_KINDS)
+@pytest.mark.parametrize("op", ROW_OPS)
 @pytest.mark.parametrize("peer", ["onnxruntime", "jax"])
 def test_python_peers_compute_each_op_within_the_reference_bounds(op: str, peer: str) -> None:
     why = _peer_missing(peer)
@@ -130,7 +129,7 @@ def test_python_peers_compute_each_op_within_the_reference_bounds(op: str, peer:
     impl = row_peers.PLANS[peer](op, x, "f32", 1)
     assert not isinstance(impl, str), impl
     impl.run()
-    ok, _, msg = check_rows(op, x64, np.asarray(impl.result(), dtype=np.float64))
+    ok, _, _, msg = check_rows(op, {"x": x64}, np.asarray(impl.result(), dtype=np.float64))
     if (peer, op) in APPROXIMATE:  # then the benchmark reports it "wrong result", untimed
         assert not ok
     else:
