@@ -37,7 +37,8 @@ SPEC_HELP = (
     "or the shorthand 'matmul MxKxN' / 'matmul BxMxKxN' (operands in GL, see --dtype, "
     "--layout-b, --accumulate), or an operation on rows: 'softmax ROWSxN' (along each row), "
     "'relu', 'gelu' (erf form), 'gelu_tanh', 'silu' or 'exp' ROWSxN (x f32 or bf16 with "
-    "--dtype, out f32)"
+    "--dtype, out f32), or 'add_row', 'mul_row' (b[N] broadcast over the rows), 'add_col', "
+    "'mul_col' (b[ROWS]) ROWSxN"
 )
 
 
