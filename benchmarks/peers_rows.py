@@ -169,7 +169,7 @@ def footnotes(results: dict[str, dict[str, Any]], ops: set[str]) -> list[str]:
 
 
 def plot(results: dict[str, dict[str, Any]], ops: set[str], path: Path) -> None:
-    """GB/s against the row length per (threads, batch) panel; activations as bars."""
+    """GB/s (log scale) of every implementation per row, one panel per thread count."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,12 +178,13 @@ def plot(results: dict[str, dict[str, Any]], ops: set[str], path: Path) -> None:
     docs = sorted(
         (d for d in results.values() if d.get("op") in ops and "error" not in d), key=_order
     )
-    keys = sorted({(d["op"], d["threads"]) for d in docs})
+    counts = sorted({d["threads"] for d in docs})
     names = ["morello-build", *C_PEERS, STREAM, *PY_PEERS]
-    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 3.6 * len(keys)), squeeze=False)
-    for ax, (op, threads) in zip(axes[:, 0], keys, strict=True):
-        rows = [d for d in docs if d["op"] == op and d["threads"] == threads]
-        labels = [f"{d['rows']}x{d['n']}" for d in rows]
+    several = len({d["op"] for d in docs}) > 1
+    fig, axes = plt.subplots(len(counts), 1, figsize=(12, 4.2 * len(counts)), squeeze=False)
+    for ax, threads in zip(axes[:, 0], counts, strict=True):
+        rows = [d for d in docs if d["threads"] == threads]
+        labels = [f"{d['op'] + ' ' if several else ''}{d['rows']}x{d['n']}" for d in rows]
         width = 0.8 / len(names)
         for i, name in enumerate(names):
             vals = []
@@ -193,9 +194,9 @@ def plot(results: dict[str, dict[str, Any]], ops: set[str], path: Path) -> None:
             ax.bar([j + i * width for j in range(len(rows))], vals, width, label=name)
         ax.set_xticks([j + 0.4 for j in range(len(rows))], labels, rotation=45, fontsize=7)
         ax.set_yscale("log")
-        ax.set_ylabel("GB/s (in + out)")
-        ax.set_title(f"{op}, {threads} thread(s)")
-        ax.legend(fontsize=7, ncol=3)
+        ax.set_ylabel("GB/s (input + output), median")
+        ax.set_title(f"{', '.join(sorted(ops))}: {threads} thread(s); a missing bar: not timed")
+        ax.legend(fontsize=7, ncol=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

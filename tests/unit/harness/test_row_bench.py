@@ -22,8 +22,6 @@ from morello_build.api import row_spec_text, synthesize_kernel
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.harness.bench import BenchError, bench_kernel
 from morello_build.harness.peer_registry import ROW_OPS, find_onednn
-from morello_build.harness.row_reference import random_rows
-from morello_build.harness.verify import check_rows
 from morello_build.machine.isa import host_supports
 from tests.support.paths import REPO_ROOT
 
@@ -104,36 +102,71 @@ def test_cli_bench_softmax_json_end_to_end() -> None:
     assert "Python loop" not in table.stdout  # no Python peer asked for
 
 
+def _bench_json(*args: str) -> dict[str, Any]:
+    """`morello bench ... --json` in a child process (jax and onnxruntime start thread pools:
+    kept out of this test process, whose other tests fork)."""
+    cmd = [sys.executable, "-m", "morello_build", "bench", *args, "--target", "avx2", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert p.returncode == 0, p.stderr
+    doc: dict[str, Any] = json.loads(p.stdout)
+    return doc
+
+
 @pytest.mark.parametrize("peer", ["naive", "onednn", "stream-rw", "onnxruntime", "jax"])
 @pytest.mark.parametrize("op", ["softmax", "gelu_erf"])
 def test_each_peer_is_checked_then_timed(peer: str, op: str) -> None:
     why = _peer_missing(peer)
     if why:
         pytest.skip(why)
+    if peer in row_peers.PY_PEERS:
+        doc = _bench_json(op, "2x64", "--peers", peer, "--min-time", str(FAST))
+        r = next(r for r in doc["python_results"] if r["name"] == peer)
+        assert "skipped" not in r, r  # it passed the numpy check, then was timed
+        assert r["seconds"] > 0 and peer in doc["peer_ratios"]
+        return
     report = bench_kernel(_kernel(op), peers=[peer], min_time=FAST)
-    r = next(r for r in (*report.results, *report.python_results) if r.name == peer)
-    if peer == "onednn" and r.skipped and "oneDNN" in r.skipped:
-        pytest.skip(f"this libdnnl cannot run here: {r.skipped}")
-    assert r.skipped is None, r.skipped  # it passed the numpy check, then was timed
-    assert r.seconds > 0
+    res = report.result(peer)
+    if peer == "onednn" and res.skipped and "oneDNN" in res.skipped:
+        pytest.skip(f"this libdnnl cannot run here: {res.skipped}")
+    assert res.skipped is None, res.skipped  # it passed the numpy check, then was timed
+    assert res.seconds > 0
 
 
-@pytest.mark.parametrize("op", ROW_OPS)
+_ACCURACY = """
+import json, sys
+import numpy as np
+from morello_build.harness import row_peers
+from morello_build.harness.row_reference import random_rows
+from morello_build.harness.verify import check_rows
+out = {}
+for op in sys.argv[2:]:
+    x64 = random_rows((3, 50), np.random.default_rng(1), op, "f32")
+    impl = row_peers.PLANS[sys.argv[1]](op, x64.astype(np.float32), "f32", 1)
+    impl.run()
+    ok, _, _, msg = check_rows(op, {"x": x64}, np.asarray(impl.result(), dtype=np.float64))
+    out[op] = [ok, msg]
+print(json.dumps(out))
+"""
+
+
 @pytest.mark.parametrize("peer", ["onnxruntime", "jax"])
-def test_python_peers_compute_each_op_within_the_reference_bounds(op: str, peer: str) -> None:
+def test_python_peers_compute_each_op_within_the_reference_bounds(peer: str) -> None:
     why = _peer_missing(peer)
     if why:
         pytest.skip(why)
-    x64 = random_rows((3, 50), np.random.default_rng(1), op, "f32")
-    x = x64.astype(np.float32)
-    impl = row_peers.PLANS[peer](op, x, "f32", 1)
-    assert not isinstance(impl, str), impl
-    impl.run()
-    ok, _, _, msg = check_rows(op, {"x": x64}, np.asarray(impl.result(), dtype=np.float64))
-    if (peer, op) in APPROXIMATE:  # then the benchmark reports it "wrong result", untimed
-        assert not ok
-    else:
-        assert ok, msg
+    p = subprocess.run(
+        [sys.executable, "-c", _ACCURACY, peer, *ROW_OPS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
+    assert p.returncode == 0, p.stderr
+    for op, (ok, msg) in json.loads(p.stdout).items():
+        if (peer, op) in APPROXIMATE:  # then the benchmark reports it "wrong result", untimed
+            assert not ok, op
+        else:
+            assert ok, f"{op}: {msg}"
 
 
 def test_wrong_python_peer_is_reported_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
