@@ -56,7 +56,11 @@ def test_every_peer_gives_an_entry_or_a_reason(in_dtype: str, threads: int) -> N
         if isinstance(got, str):
             assert got, name
             if peer.library is not None and not peer.library.find().available:
-                assert got == peer.library.find().reason
+                # the library's reason, unless the peer does not take this operation at all
+                # (oneDNN is a peer of row operations only, whatever is installed)
+                assert got == peer.library.find().reason or (
+                    name == "onednn" and got.startswith("oneDNN is a peer of row operations")
+                ), name
         else:
             assert isinstance(got, PeerImpl) and got.name == name and got.code.strip()
             assert got.reference == peer.reference
