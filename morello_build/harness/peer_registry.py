@@ -32,6 +32,7 @@ from typing import NamedTuple
 from morello_build.codegen.abi import KernelABI, OperandABI
 from morello_build.codegen.context import HELPERS
 from morello_build.harness.csources import render
+from morello_build.ir.spec import SOFTMAX, UNARY_KINDS
 from morello_build.machine.isa import ISA, ISA_LIST, native_isa
 
 #: `bench_kernel(peer_isa=...)` choices: "kernel" holds the peers to the kernel's ISA
@@ -61,7 +62,7 @@ STREAM_RW = "stream-rw"
 ONEDNN = "onednn"
 #: The user-facing row operations (`ir.spec.USER_ROW_KINDS`, spelled out so this module
 #: stays free of the IR's imports) and the C peers each meets by default.
-ROW_OPS = ("softmax", "relu", "gelu_tanh", "gelu_erf", "silu", "exp")
+ROW_OPS = (SOFTMAX, *UNARY_KINDS)  # the row operations with peers (ir.spec kinds)
 ROW_C_PEERS: tuple[str, ...] = ("naive", ONEDNN)
 ROW_REFERENCES: tuple[str, ...] = (STREAM_RW,)
 #: Row operations' peers timed in Python (`harness.row_peers`), named here so that the
