@@ -54,8 +54,7 @@ F32, BF16 = Dtype.F32, Dtype.BF16
 
 #: One vector exp (range reduction, polynomial, scaling: ~12 FMA-port ops; vecmath.py).
 EXP_VECTOR_COST = 24
-#: tanh and erf vectors (a rational or piecewise polynomial plus an exp or a division).
-TANH_VECTOR_COST = 32
+#: An erf vector (two polynomials, an exp and a select).
 ERF_VECTOR_COST = 32
 #: A max, add or multiply vector (an FMA's price).
 SIMPLE_VECTOR_COST = 2
@@ -94,7 +93,7 @@ def _row_applies(s: LogicalSpec, t: Target) -> bool:
 
 # ---- costs ------------------------------------------------------------------------------
 
-_MATH_COST = {"exp": EXP_VECTOR_COST, "tanh": TANH_VECTOR_COST, "erf": ERF_VECTOR_COST}
+_MATH_COST = {"exp": EXP_VECTOR_COST, "erf": ERF_VECTOR_COST}
 
 #: Per kind: the math functions each element goes through and its other vector ops.
 _WORK: dict[str, tuple[tuple[str, ...], int]] = {
@@ -107,8 +106,8 @@ _WORK: dict[str, tuple[tuple[str, ...], int]] = {
     DIVIDE_ROWS: ((), 1),
     RELU: ((), 1),
     EXP: (("exp",), 1),
-    SILU: (("exp",), 4),  # 1 + e, a division, a multiply
-    GELU_TANH: (("tanh",), 6),  # the cubic, the scale, 1 + t, two multiplies
+    SILU: (("exp",), 5),  # -|w|, v * e and its select, 1 + e, a division
+    GELU_TANH: (("exp",), 9),  # the cubic and its scale, then silu's five
     GELU_ERF: (("erf",), 4),
     **{k: ((), 1) for k in BROADCAST_KINDS},
 }
@@ -244,17 +243,54 @@ def _unary_scalar(ctx: Ctx, op: str, v: str, lanes: int | None) -> str:
         return f"({v} > 0 ? {v} : 0.0f)" if lanes is None else _vmax(ctx, lanes, v, "zero")
     if op == EXP:
         return f"{_use_math(ctx, 'exp', lanes)}({v})"
-    if op == SILU:
-        e = _use_math(ctx, "exp", lanes)
-        return f"({v} / (1.0f + {e}(-({v}))))"
-    if op == GELU_TANH:
-        t = _use_math(ctx, "tanh", lanes)
-        inner = f"0.7978845608028654f * ({v} + 0.044715f * {v} * {v} * {v})"
-        return f"(0.5f * {v} * (1.0f + {t}({inner})))"
+    if op in _SIGMOID_ARG:
+        return f"{_sigmoid_product(ctx, op, lanes)}({v})"
     if op == GELU_ERF:
         e = _use_math(ctx, "erf", lanes)
         return f"(0.5f * {v} * (1.0f + {e}({v} * 0.7071067811865476f)))"
     raise CodegenError(f"no row function for {op}")
+
+
+#: silu(v) = v sigmoid(v); gelu_tanh(v) = 0.5 v (1 + tanh(w / 2)) = v sigmoid(w) with
+#: w = 2 sqrt(2/pi) (v + 0.044715 v^3): the argument w of each, as C of `v`.
+_SIGMOID_ARG = {
+    SILU: "v",
+    GELU_TANH: "1.5957691216057308f * (v + 0.044715f * v * v * v)",
+}
+
+
+def _sigmoid_product(ctx: Ctx, op: str, lanes: int | None) -> str:
+    """Define v * sigmoid(w) for `op` (silu, gelu_tanh) at `lanes` (None: scalar); its name.
+
+    With e = exp(-|w|) <= 1 it is v / (1 + e) for w >= 0 and v e / (1 + e) for w < 0: the
+    exp never overflows (v / (1 + exp(-w)) would give -0 where the result is a subnormal,
+    and 0.5 v (1 + tanh) cancels in the negative tail), and its argument is <= 0, so it is
+    vecmath's cheaper `expm`. Scalar and vector run the same operations (same bits)."""
+    w = _SIGMOID_ARG[op]
+    exp = _use_math(ctx, "expm", lanes)
+    if lanes is None:
+        name = f"mb_s{op}"
+        source = (
+            f"static inline float {name}(float v) {{\n"
+            f"    const float w = {w};\n"
+            f"    const float e = {exp}(w < 0 ? w : -w);     /* exp(-|w|); NaN stays NaN */\n"
+            "    return (w < 0 ? v * e : v) / (1.0f + e);\n"
+            "}\n"
+        )
+    else:
+        vt, st, ut = _vt(ctx, lanes), ctx.vtype(Dtype.S32, lanes), ctx.vtype(Dtype.U32, lanes)
+        name = f"mb_v{op}{lanes}"
+        source = (
+            f"static inline {vt} {name}({vt} v) {{\n"
+            f"    const {vt} w = {w};\n"
+            f"    const {vt} e = {exp}(({vt})(({ut})w | 0x80000000u));   /* exp(-|w|) */\n"
+            f"    const {st} neg = w < 0;\n"
+            f"    const {vt} num = ({vt})((({st})(v * e) & neg) | (({st})v & ~neg));\n"
+            "    return num / (1.0f + e);\n"
+            "}\n"
+        )
+    _use(ctx, f"vn_{op}_{lanes or 1}", source)
+    return name
 
 
 def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype) -> str:

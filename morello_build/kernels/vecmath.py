@@ -29,15 +29,18 @@ low order up and the higher ones refitted; the script is in docs/vecmath.md):
 - erf: |x| < 1: x + x Q(x^2), Q of degree 6 (relative error 1.4e-9; the 2/sqrt(pi) - 1
   form keeps the rounding of the leading coefficient small); else 1 - exp(G(a) - a^2) with
   a = min(|x|, 4) and G(a) = log(erfc(a)) + a^2 of degree 7 in a (error 4e-4 ulp of the
-  result). erf(4) rounds to 1 in f32. Sign from x.
+  result); that exp's argument is negative, so it is `expm`. erf(4) rounds to 1 in f32.
+  Sign from x.
 
 Typedefs (the caller declares them, as `codegen.context.Ctx.typedef_lines` does):
-exp at L lanes uses vf32xL, vs32xL, vu32xL; tanh and erf use vf32xL and vu32xL and call the
-exp at L lanes (so they need vs32xL too). Scalar functions need none (<stdint.h>,
+exp and expm at L lanes use vf32xL, vs32xL, vu32xL; tanh and erf use vf32xL and vu32xL and
+call exp (tanh) or expm (erf) at L lanes (so they need vs32xL too). Scalar functions need none (<stdint.h>,
 <string.h>). `typedefs_needed` lists them, including those of the dependencies.
 """
 
 from __future__ import annotations
+
+import re
 
 FUNCTIONS: tuple[str, ...] = ("exp", "expm", "tanh", "erf")
 #: Functions defined on part of the line only: name -> (C condition on x, what it means).
@@ -45,7 +48,15 @@ FUNCTIONS: tuple[str, ...] = ("exp", "expm", "tanh", "erf")
 DOMAINS: dict[str, str] = {"expm": "x <= 0 (or NaN)"}
 LANES: tuple[int, ...] = (4, 8, 16)
 
-_DEPS: dict[str, tuple[str, ...]] = {"exp": (), "expm": (), "tanh": ("exp",), "erf": ("exp",)}
+#: The exp each function calls: erf's argument G(a) - a^2 is log(erfc(a)) < 0, so it takes
+#: expm (the same bits as exp there, fewer operations); tanh's exp(2|x|) needs exp.
+_EXP_OF: dict[str, str] = {"tanh": "exp", "erf": "expm"}
+_DEPS: dict[str, tuple[str, ...]] = {
+    "exp": (),
+    "expm": (),
+    "tanh": (_EXP_OF["tanh"],),
+    "erf": (_EXP_OF["erf"],),
+}
 _TYPES: dict[str, tuple[str, ...]] = {
     "exp": ("f32", "s32", "u32"),
     "expm": ("f32", "s32", "u32"),
@@ -307,11 +318,36 @@ _EXPM_CONSTANTS = _EXP_CONSTANTS.replace(
 )
 assert "hi = 89" not in _EXPM_CONSTANTS and "12583103" in _EXPM_CONSTANTS
 
+
+def _scaled_by_2_64(text: str) -> str:
+    """`text` with every `cK = 0x...p<e>f` coefficient renamed eK and written times 2^-64
+    (exponent e - 64: exact, the values stay normal)."""
+
+    def one(m: re.Match[str]) -> str:
+        return f"e{m.group(1)} = {m.group(2)}p{int(m.group(3)) - 64}f"
+
+    return re.sub(r"\bc(\d) = (0x[0-9a-f.]+)p([+-]?\d+)f", one, text)
+
+
+#: expm's polynomial is exp's, every coefficient times 2^-64 (so p is exp(r) * 2^-64, the
+#: same rounding at every step: scaling by a power of 2 is exact in the normal range).
+_EXPM_CONSTANTS = _scaled_by_2_64(_EXPM_CONSTANTS)
+_EXPM_POLY = """\
+    p = e6 * r + e5;
+    p = p * r + e4;
+    p = p * r + e3;
+    p = p * r + e2;
+    p = p * r + 0x1p-64f;
+    p = p * r + 0x1p-64f;
+"""
+assert "e6 = 0x1.6a56c6p-74f" in _EXPM_CONSTANTS and "c2" not in _EXPM_CONSTANTS
+
 #: exp for x <= 0: no upper clamp, and the scale in one shift. n is in [-150, 0], so with
 #: a magic number carrying the bias 191, z's low bits are n + 191 and `z << 23` is the
-#: normal number 2^(n + 64) (n + 191 in [41, 191]); p * 2^(n + 64) is exact and the final
-#: * 2^-64 rounds once, into the subnormals when the result is that small: the same bits as
-#: `exp` for every x <= 0, in about 14 vector operations instead of 21 (docs/vecmath.md).
+#: normal number 2^(n + 64) (n + 191 in [41, 191]). The polynomial carries the 2^-64
+#: (exp(r) * 2^-64, normal), so the one product p * 2^(n + 64) rounds once, into the
+#: subnormals when the result is that small: the same bits as `exp` for every x <= 0, in
+#: 13 vector operations instead of 21 (docs/vecmath.md).
 _VEXPM = (
     """\
 /* exp over {L} f32 lanes for x <= 0 (or NaN), <= 2 ulp (morello_build.kernels.vecmath). */
@@ -325,10 +361,10 @@ static inline {F} {NAME}({F} x) {{
     r = r - n * ln2_lo;
     {F} p;
 """
-    + _EXP_POLY
+    + _EXPM_POLY
     + """\
     {F} s = ({F})(({U})z << 23);                /* 2^(n + 64) */
-    return p * s * 0x1p-64f;
+    return p * s;
 }}
 """
 )
@@ -387,14 +423,14 @@ static inline float {NAME}(float x) {{
     r = r - n * ln2_lo;
     float p;
 """
-    + _EXP_POLY
+    + _EXPM_POLY
     + """\
     uint32_t zb;
     memcpy(&zb, &z, sizeof zb);
     uint32_t sb = zb << 23;                     /* 2^(n + 64) */
     float s;
     memcpy(&s, &sb, sizeof s);
-    return p * s * 0x1p-64f;
+    return p * s;
 }}
 """
 )
@@ -430,7 +466,7 @@ def helper_source(name: str, lanes: int | None) -> str:
     functions it calls are `helper_deps`, so each is emitted once when several use it."""
     _check(name, lanes)
     if lanes is None:
-        return _SCALAR[name].format(NAME=scalar_fn(name), EXP=scalar_fn("exp"))
+        return _SCALAR[name].format(NAME=scalar_fn(name), EXP=scalar_fn(_EXP_OF.get(name, "exp")))
     text = _VECTOR[name]
     if name == "exp":
         text = text.replace("{CLAMP}", _clamp(lanes))
@@ -445,7 +481,7 @@ def helper_source(name: str, lanes: int | None) -> str:
         F=f"vf32x{lanes}",
         S=f"vs32x{lanes}",
         U=f"vu32x{lanes}",
-        EXP=vec_fn("exp", lanes),
+        EXP=vec_fn(_EXP_OF.get(name, "exp"), lanes),
     )
 
 
