@@ -4,7 +4,8 @@
     python benchmarks/softmax_forms.py --shapes 1x512,32x131072 --threads 2
 
 For every shape, each form (offline unscaled with the row's max and denominator in
-registers, online, online chunked, recompute) is forced through a hand schedule, the
+registers, online, online chunked, recompute, and the RowSoftmaxChunked kernel on rows
+longer than its chunk) is forced through a hand schedule, the
 search fills the rest, and the C is timed: one executable per shape calls every form
 round-robin (a block of calls per sample, `--samples` samples, median), so the forms meet
 the same machine state. Printed side by side with the model's cost, and which form the DP
@@ -31,7 +32,7 @@ from morello_build.ir.text import parse_spec
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
 
-FORMS = ("unscaled", "online", "recompute")
+FORMS = ("unscaled", "online", "recompute", "chunked")
 
 _DRIVER = r"""
 #define _GNU_SOURCE
@@ -92,7 +93,9 @@ def forced(rows: int, n: int, form: str, threads: int) -> Impl | None:
     if rows > 1:
         sched = sched.tile_out(1, n, parallel=threads > 1)
     level = Level.RF if threads == 1 else Level.L1
-    if form == "unscaled":
+    if form == "chunked":  # one kernel per row (rows longer than a chunk only)
+        sched = sched.select("RowSoftmaxChunked")
+    elif form == "unscaled":
         sched = sched.apply(SoftmaxParts(level, UNSCALED))
     elif form == "online":
         sched = sched.apply(SoftmaxParts(level, ONLINE))
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             x.action == "to_max_and_denominator()" for x in iter_nodes(picked)
         ):
             picked_form = "recompute"
+        if any(x.action == "select(RowSoftmaxChunked)" for x in iter_nodes(picked)):
+            picked_form = "chunked"
         impls = {f: forced(rows, n, f, args.threads) for f in FORMS}
         impls = {f: i for f, i in impls.items() if i is not None}
         with tempfile.TemporaryDirectory() as tmp:

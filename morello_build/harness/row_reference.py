@@ -9,8 +9,12 @@ docs/vecmath.md). For softmax, out_i = exp(x_i - m) * (1 / d):
 - exp: 2 ulp (relative 2^-22); the denominator: n positive terms each so perturbed plus
   the summation, relative (n + 1) u + the terms' errors; the reciprocal and product: 2u.
 So |out_i - ref_i| <= ref_i u (|x_i - m| + 8 + 2 (n + 2) + |x_max - m|) + floor, with a
-floor for results in the subnormal range (where exp's error is absolute, 2^-148). Every
-row must also sum to 1 within n times the largest per-element relative bound.
+floor for results in the subnormal range (where exp's error is absolute, 2^-148). The
+chunked kernel (kernels/rows.py, RowSoftmaxChunked) takes exp(x_i - m_c) * (exp(m_c - m) / d)
+with its chunk's max m_c: a second exp and product per element and per denominator term,
+and the rounding of m_c - m (at most the row's spread, in the element and in the
+denominator's terms): u (2 |x_max - m| + 14) more. Every row must also sum to 1 within n
+times the largest per-element relative bound.
 
 Inputs: run 0 holds the hard cases (values near +-1e4 that would overflow a naive exp,
 rows of -inf with one finite value, a row of equal values, wide spreads that underflow);
@@ -127,7 +131,7 @@ def softmax_reference(
         ref = e / d
     spread = np.where(np.isfinite(shifted), np.abs(shifted), 0.0)
     row_spread = np.max(spread, axis=-1, keepdims=True)
-    rel = U * (spread + row_spread + 8.0 + 2.0 * (n + 2))
+    rel = U * (spread + 3.0 * row_spread + 22.0 + 2.0 * (n + 2))
     bound = ref * rel + SUBNORMAL_ABS * (1.0 + 1.0 / np.maximum(d, 1.0))
     row_bound = np.max(rel, axis=-1) * (1.0 + n * U) + n * SUBNORMAL_ABS
     return ref, bound, row_bound

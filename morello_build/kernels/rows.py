@@ -35,6 +35,7 @@ from morello_build.ir.spec import (
     NEG_INF,
     RELU,
     SILU,
+    SOFTMAX,
     SOFTMAX_COMPLETE,
     SOFTMAX_DENOM,
     SOFTMAX_DENOM_MAX,
@@ -103,6 +104,7 @@ _WORK: dict[str, tuple[tuple[str, ...], int]] = {
     SOFTMAX_UNSCALED: (("exp",), 2),
     SOFTMAX_COMPLETE: (("exp",), 2),
     SOFTMAX_DENOM_MAX: (("exp",), 3),  # a max pass, then exp - max summed
+    SOFTMAX: (("exp",), 4),  # RowSoftmaxChunked: max, exp - max stored and summed, scale
     DIVIDE_ROWS: ((), 1),
     RELU: ((), 1),
     EXP: (("exp",), 1),
@@ -220,11 +222,16 @@ def _hsum(lanes: int, v: str) -> str:
     return f"    float s = 0;\n    for (int j = 0; j < {lanes}; j++)\n        s += {v}[j];\n"
 
 
+#: Row functions that call other row functions sort after them (helpers are emitted in
+#: key order): the online pass calls the max; the chunked softmax calls max, exp and scale.
+_TIER = {"online": 1, SOFTMAX: 2}
+
+
 def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
     """Define (once per file) the row function of `op` for inputs of `dtype`; its name."""
     lanes = ctx.f32_lanes
     name = f"mb_row_{op}_{dtype.value}_{lanes}"
-    key = f"vr{1 if op == 'online' else 0}_{op}_{dtype.value}_{lanes}"
+    key = f"vr{_TIER.get(op, 0)}_{op}_{dtype.value}_{lanes}"
     if key in ctx.helpers:
         return name
     xt = _xtype(dtype)
@@ -390,6 +397,68 @@ def _online_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     )
 
 
+#: Internal row functions of the chunked softmax (no Spec of their own): the exp pass that
+#: also prefetches the chunk to come, and a row scaled by a value.
+UNSCALED_PREFETCH = "unscaled_prefetch"
+SCALE_ROW = "scale"
+
+#: The chunked softmax's chunk: 2048 f32 (8 KiB) stay in L1 between the chunk's max pass and
+#: its exp pass; a row gets at most CHUNKS_MAX of them (longer rows double the chunk).
+SOFTMAX_CHUNK = 2048
+CHUNKS_MAX = 256
+
+
+def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
+    """Softmax of one row in L1-sized chunks: a chunk's max, then its exps stored and
+    summed (while the next chunk is prefetched, so the next max pass reads L1, not L3 or
+    DRAM), keeping (max, sum) per chunk; then each chunk is scaled by exp(max_c - max) / d.
+    x is read from memory once where the three-pass plan reads it twice, and the max pass
+    overlaps the exp pass (docs/softmax.md, "The chunked kernel"). A row of one chunk takes
+    the three passes, the same bits as the `unscaled` plan."""
+    mx = _row_fn(ctx, MAX, dtype)
+    un = _row_fn(ctx, SOFTMAX_UNSCALED, dtype)
+    unp = _row_fn(ctx, UNSCALED_PREFETCH, dtype)
+    sc = _row_fn(ctx, SCALE_ROW, F32)
+    dv = _row_fn(ctx, DIVIDE_ROWS, F32)
+    ex = _use_math(ctx, "expm", None)
+    return (
+        f"static inline void {name}(const {xt} *restrict x, int64_t n, float *restrict out) {{\n"
+        f"    int64_t ch = {SOFTMAX_CHUNK};\n"
+        f"    while (n > ch * {CHUNKS_MAX})\n"
+        "        ch *= 2;\n"
+        "    if (n <= ch) {\n"
+        f"        const float m = {mx}(x, n, -__builtin_inff());\n"
+        f"        {dv}(out, n, {un}(x, n, m, out));\n"
+        "        return;\n"
+        "    }\n"
+        f"    float cm[{CHUNKS_MAX}], cs[{CHUNKS_MAX}];\n"
+        "    const int64_t chunks = (n + ch - 1) / ch;\n"
+        "    float top = -__builtin_inff();\n"
+        "    for (int64_t c = 0; c < chunks; c++) {\n"
+        "        const int64_t at = c * ch, len = n - at < ch ? n - at : ch;\n"
+        f"        const float m = {mx}(x + at, len, -__builtin_inff());\n"
+        "        /* a chunk of -inf: its exps are exp(-inf) = 0 (x - m would be NaN) */\n"
+        "        const float shift = m == -__builtin_inff() ? 0.0f : m;\n"
+        "        /* the last chunk prefetches what follows the row: the next row of a\n"
+        "           contiguous tensor (a prefetch never faults) */\n"
+        f"        cs[c] = {unp}(x + at, len, shift, out + at, x + at + ch);\n"
+        "        cm[c] = m;\n"
+        "        top = m > top ? m : top;\n"
+        "    }\n"
+        "    float d = 0;\n"
+        "    for (int64_t c = 0; c < chunks; c++) {\n"
+        f"        cm[c] = {ex}(cm[c] - top);    /* NaN when the whole row is -inf */\n"
+        "        d += cs[c] * cm[c];\n"
+        "    }\n"
+        "    const float r = 1.0f / d;\n"
+        "    for (int64_t c = 0; c < chunks; c++) {\n"
+        "        const int64_t at = c * ch;\n"
+        f"        {sc}(out + at, n - at < ch ? n - at : ch, cm[c] * r);\n"
+        "    }\n"
+        "}\n"
+    )
+
+
 def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
     if op == "online":
         return _online_fn(ctx, name, xt, dtype)
@@ -440,11 +509,38 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "    return s;\n"
             "}\n"
         )
-    if op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED):
+    if op == SOFTMAX:
+        return _chunked_softmax_fn(ctx, name, xt, dtype)
+    if op == SCALE_ROW:
+        return (
+            f"static inline void {name}(float *restrict out, int64_t n, float f) {{\n"
+            f"    const {vt} vf = {splat}f;\n"
+            "    int64_t i = 0;\n"
+            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+            f"        const {vt} e = {ld}(out + i) * vf;\n"
+            "        memcpy(out + i, &e, sizeof e);\n"
+            "    }\n"
+            "    for (; i < n; i++)\n"
+            "        out[i] *= f;\n"
+            "}\n"
+        )
+    if op in (SOFTMAX_DENOM, SOFTMAX_UNSCALED, UNSCALED_PREFETCH):
         vex = _use_math(ctx, "expm", lanes)
         sex = _use_math(ctx, "expm", None)
-        store = op == SOFTMAX_UNSCALED
+        store = op != SOFTMAX_DENOM
         out_param = ", float *restrict out" if store else ""
+        if op == UNSCALED_PREFETCH:
+            out_param += f", const {xt} *next"
+        # one prefetch per 64-byte line of `next` each iteration (the chunk to come)
+        lines = max(1, lanes * ROW_ACCUMULATORS * dtype.size // 64)
+        per_line = lanes * ROW_ACCUMULATORS // lines
+        prefetch = (
+            "".join(
+                f"        __builtin_prefetch(next + i + {j * per_line});\n" for j in range(lines)
+            )
+            if op == UNSCALED_PREFETCH
+            else ""
+        )
 
         def one(j: int, at: str) -> str:
             if store:
@@ -455,7 +551,7 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
                 )
             return f"        a{j} += {vex}({ld}(x + {at}) - vm);\n"
 
-        unrolled = "".join(one(j, f"i + {j * lanes}") for j in range(ROW_ACCUMULATORS))
+        unrolled = prefetch + "".join(one(j, f"i + {j * lanes}") for j in range(ROW_ACCUMULATORS))
         tail = (
             f"        out[i] = {sex}({sx} - m);\n        s += out[i];\n"
             if store
@@ -575,6 +671,9 @@ def _row_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     elif kind == DIVIDE_ROWS:
         d, out = views
         ctx.line(f"{fn}({_pointer(ctx, out, what)}, {n}, {_value(ctx, d)});")
+    elif kind == SOFTMAX:
+        x, out = views
+        ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {_pointer(ctx, out, what)});")
     elif kind in BROADCAST_KINDS:
         x, b, out = views
         arg = _value(ctx, b) if kind in (ADD_COL, MUL_COL) else _pointer(ctx, b, what)
@@ -602,6 +701,27 @@ ROW_SOFTMAX_UNSCALED = _row_kernel("RowSoftmaxUnscaled", SOFTMAX_UNSCALED)
 ROW_SOFTMAX_ONLINE = _row_kernel("RowSoftmaxDenominatorAndMax", SOFTMAX_DENOM_MAX)
 ROW_SOFTMAX_COMPLETE = _row_kernel("RowSoftmaxComplete", SOFTMAX_COMPLETE)
 ROW_DIVIDE = _row_kernel("RowDivide", DIVIDE_ROWS)
+
+
+def _chunked_applies(s: LogicalSpec, t: Target) -> bool:
+    """Rows of more than one chunk (a shorter row is the `unscaled` plan's three passes)."""
+    return s.kind == SOFTMAX and s.shape[1] > SOFTMAX_CHUNK and t.lanes(F32) > 1 and _one_row(s)
+
+
+def _chunked_cost(s: LogicalSpec, t: Target) -> int:
+    """The three passes' vector work; x moved once, out three times (stored, then read
+    and stored again by the scaling)."""
+    return _row_cost(s, t) + t.move_cost(s.operands[1])
+
+
+ROW_SOFTMAX_CHUNKED = Kernel(
+    name="RowSoftmaxChunked",
+    kind=SOFTMAX,
+    applies=_chunked_applies,
+    memory=_row_memory,
+    cost=_chunked_cost,
+    emit=_row_emit,
+)
 ROW_ACTIVATIONS = tuple(
     _row_kernel(f"Row{k.title().replace('_', '')}", k) for k in (*UNARY_KINDS, *BROADCAST_KINDS)
 )
@@ -726,6 +846,7 @@ FILL_NEG_INF = Kernel(
 )
 
 ROW_KERNELS: tuple[Kernel, ...] = (
+    ROW_SOFTMAX_CHUNKED,
     ROW_MAX,
     ROW_SUM,
     ROW_SOFTMAX_DENOM,

@@ -161,3 +161,27 @@ def test_a_long_row_on_two_threads_splits_its_denominator_across_them() -> None:
     kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
     assert "RowSoftmaxDenominatorAndMaxParallel" in kernels, kernels
     verify_with_each_compiler(_kernel("softmax", 1, 1 << 19, "f32", "avx2", threads=2), "split")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_long_rows_take_the_chunked_kernel_and_match_numpy(isa: str, dtype: str) -> None:
+    """Rows longer than a chunk: RowSoftmaxChunked, with a short last chunk and a scalar
+    tail (5001 = 2 x 2048 + 905); the hard rows give chunks that are all -inf. (Vector
+    targets only: x86-64 keeps the three passes.)"""
+    syn = synthesize(row_spec_text("softmax", 4, 5001, dtype=dtype), isa, use_cache=False)
+    kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
+    assert "RowSoftmaxChunked" in kernels, kernels
+    verify_with_each_compiler(_kernel("softmax", 4, 5001, dtype, isa), f"chunked {isa} {dtype}")
+
+
+def test_checker_catches_chunks_merged_without_their_max() -> None:
+    """Scaling each chunk by 1/d alone (not exp(max_c - max) / d) is caught."""
+    k = _kernel("softmax", 4, 5001, "f32", "avx2")
+    assert "cm[c] * r)" in k.c_source
+    bad = dataclasses.replace(k, c_source=k.c_source.replace("cm[c] * r)", "r)"))
+    try:
+        r = verify_kernel(bad)
+    except IsaUnavailable as exc:
+        pytest.skip(str(exc))
+    assert not r.ok and "wrong" in r.details
