@@ -52,6 +52,12 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
         "Softmax(4x256, f32:GL:row, f32:GL:row, serial)",
         {"RowMax", "RowSoftmaxUnscaled", "RowDivide", "FillNegInf", "ValueZero"},
     ),
+    (
+        "avx2",
+        "generic",
+        "Softmax(2x4100, f32:GL:row, f32:GL:row, serial)",
+        {"RowSoftmaxChunked"},
+    ),
     ("avx2", "generic", "Relu(2x64, bf16:GL:row, f32:GL:row, serial)", {"RowRelu"}),
     ("avx2", "generic", "GeluErf(2x64, f32:GL:row, f32:GL:row, serial)", {"RowGeluErf"}),
     ("avx2", "generic", "GeluTanh(2x64, f32:GL:row, f32:GL:row, serial)", {"RowGeluTanh"}),
