@@ -37,8 +37,8 @@ SPEC_HELP = (
     "or the shorthand 'matmul MxKxN' / 'matmul BxMxKxN' (operands in GL, see --dtype, "
     "--layout-b, --accumulate), or an operation on rows: 'softmax ROWSxN' (along each row), "
     "'relu', 'gelu' (erf form), 'gelu_tanh', 'silu' or 'exp' ROWSxN (x f32 or bf16 with "
-    "--dtype, out f32), or 'add_row', 'mul_row' (b[N] broadcast over the rows), 'add_col', "
-    "'mul_col' (b[ROWS]) ROWSxN"
+    "--dtype, out f32), 'max' or 'sum' ROWSxN (one value per row, out[ROWS]), or 'add_row', "
+    "'mul_row' (b[N] broadcast over the rows), 'add_col', 'mul_col' (b[ROWS]) ROWSxN"
 )
 
 
@@ -466,8 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
         " ISA on its threads (the compute peak), amx-peak (amx target) to time independent"
         " AMX tile products the same way; these are timed round-robin with the kernel,"
         " reported as its share of them, and never the best peer. Row operations (softmax,"
-        " relu, gelu, ...): subset of naive,onednn,stream-rw,onnxruntime,jax [default: all;"
-        " stream-rw is a streaming read+write of the tensor, their memory bound; onnxruntime"
+        " relu, gelu, ..., max, sum): subset of naive,onednn,stream-rw,onnxruntime,jax"
+        " [default: all; stream-rw is a streaming read+write of the tensor (a max or sum: a"
+        " read), their memory bound; onnxruntime"
         " and jax are timed in Python beside the kernel called through ctypes]",
     )
     b.add_argument(

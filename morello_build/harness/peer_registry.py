@@ -32,7 +32,7 @@ from typing import NamedTuple
 from morello_build.codegen.abi import KernelABI, OperandABI
 from morello_build.codegen.context import HELPERS
 from morello_build.harness.csources import render
-from morello_build.ir.spec import SOFTMAX, UNARY_KINDS
+from morello_build.ir.spec import MAX, SOFTMAX, SUM, UNARY_KINDS
 from morello_build.machine.isa import ISA, ISA_LIST, native_isa
 
 #: `bench_kernel(peer_isa=...)` choices: "kernel" holds the peers to the kernel's ISA
@@ -60,9 +60,10 @@ STREAM_RW = "stream-rw"
 #: oneDNN's softmax (softmax_v2: `dnnl_softmax_forward_primitive_desc_create`) and eltwise
 #: primitives, through its C API declared by hand.
 ONEDNN = "onednn"
-#: The user-facing row operations (`ir.spec.USER_ROW_KINDS`, spelled out so this module
-#: stays free of the IR's imports) and the C peers each meets by default.
-ROW_OPS = (SOFTMAX, *UNARY_KINDS)  # the row operations with peers (ir.spec kinds)
+#: The row operations with peers (`ir.spec` kinds: softmax, the activations and the
+#: reductions along each row) and the C peers each meets by default.
+ROW_REDUCTIONS = (MAX, SUM)
+ROW_OPS = (SOFTMAX, *UNARY_KINDS, *ROW_REDUCTIONS)
 ROW_C_PEERS: tuple[str, ...] = ("naive", ONEDNN)
 ROW_REFERENCES: tuple[str, ...] = (STREAM_RW,)
 #: Row operations' peers timed in Python (`harness.row_peers`), named here so that the
@@ -636,16 +637,28 @@ _ACTIVATION_C = {
 def _row_naive_body(abi: KernelABI) -> str:
     """A row operation as one would first write it: softmax in three passes per row (max,
     exponentials and their sum, scale by the reciprocal), an activation as one loop, both
-    with libm's functions (so -O3 without -ffast-math keeps them scalar calls)."""
+    with libm's functions (so -O3 without -ffast-math keeps them scalar calls); a max or
+    sum as one scalar accumulator per row (strict order: -O3 does not vectorize a float sum
+    without -ffast-math, which a user's loop would not have)."""
     x, out = abi.operands
     rows, n = x.shape
     sx, so = strides(x), strides(out)
     xi = f"mb_r * {sx[0]}L + mb_j * {sx[1]}L"
-    oi = f"mb_r * {so[0]}L + mb_j * {so[1]}L"
+    oi = f"mb_r * {so[0]}L + mb_j * {so[-1]}L"
     load = f"bf16_to_f32({x.name}[{xi}])" if x.dtype == "bf16" else f"{x.name}[{xi}]"
     o = f"{out.name}[{oi}]"
     rows_loop = f"for (long mb_r = 0; mb_r < {rows}L; mb_r++)"
     cols = f"for (long mb_j = 0; mb_j < {n}L; mb_j++)"
+    if abi.op in ROW_REDUCTIONS:
+        step = "mb_a = v > mb_a ? v : mb_a" if abi.op == MAX else "mb_a += v"
+        return f"""    {rows_loop} {{
+        float mb_a = {'-INFINITY' if abi.op == MAX else '0.0f'};
+        {cols} {{
+            const float v = {load};
+            {step};
+        }}
+        {out.name}[mb_r * {so[0]}L] = mb_a;
+    }}"""
     if abi.op != "softmax":
         return f"""    {rows_loop}
         {cols} {{
@@ -693,11 +706,20 @@ def _plan_stream_read(abi: KernelABI, threads: int) -> PeerImpl | str:
 def _plan_stream_rw(abi: KernelABI, threads: int) -> PeerImpl | str:
     """The input read and the output written once by plain vector loads and stores (bf16
     input: widened to f32 as it is stored), on the kernel's threads: a row operation's
-    memory bound, meeting the same cache state as the kernel."""
+    memory bound, meeting the same cache state as the kernel. A reduction's output is one
+    value per row, so its bound is the read of the input alone."""
     if abi.op not in ROW_OPS:
         return "a streaming read+write of the tensor needs a row operation"
     x, out = abi.operands
     n = math.prod(x.shape)
+    if abi.op in ROW_REDUCTIONS:
+        return PeerImpl(
+            STREAM_RW,
+            f"    morello_bench_sink += morello_bench_stream_r(buf[0], (long)nbytes[0], {threads});",
+            "float morello_bench_stream_r(const void *, long, int);\n"
+            "static volatile float morello_bench_sink;",
+            reference=True,
+        )
     fn = "morello_bench_stream_rw_bf16" if x.dtype == "bf16" else "morello_bench_stream_rw"
     return PeerImpl(
         STREAM_RW,
@@ -721,11 +743,14 @@ _DNNL_ALGS = {
     "gelu_tanh": 0x2B,  # dnnl_eltwise_gelu_tanh
     "silu": 0x2C,  # dnnl_eltwise_swish (alpha 1: x * sigmoid(x))
     "gelu_erf": 0x31,  # dnnl_eltwise_gelu_erf
+    "max": 0x2FFF2,  # dnnl_reduction_max
+    "sum": 0x2FFF4,  # dnnl_reduction_sum
 }
 
 
 def _plan_onednn(abi: KernelABI, threads: int) -> PeerImpl | str:
-    """oneDNN's softmax (axis 1) or eltwise primitive on the harness buffers, created in
+    """oneDNN's softmax (axis 1), eltwise or reduction (to [rows, 1]) primitive on the
+    harness buffers, created in
     setup (the primitive is compiled for the shape there, as a framework would cache it);
     setup marks it skipped with oneDNN's status when the library cannot run it."""
     if abi.op not in ROW_OPS:
@@ -734,25 +759,36 @@ def _plan_onednn(abi: KernelABI, threads: int) -> PeerImpl | str:
     if not lib.available:
         return lib.reason
     x, out = abi.operands
-    if x.order != (0, 1) or out.order != (0, 1):
+    if x.order != (0, 1) or out.order != tuple(range(len(out.shape))):
         return "oneDNN's plain 2-D format is row-major"
-    if abi.op != "softmax" and x.dtype != out.dtype:
+    if abi.op in UNARY_KINDS and x.dtype != out.dtype:
         return f"oneDNN's eltwise takes one data type for src and dst, not {x.dtype} -> f32"
     rows, n = x.shape
     src_t, dst_t = _DNNL_TYPES[x.dtype], _DNNL_TYPES[out.dtype]
     alg = _DNNL_ALGS[abi.op]
-    create = (
-        f"dnnl_softmax_forward_primitive_desc_create(&pd, eng, 96, {alg}, sd, dd, 1, 0)"
-        if abi.op == "softmax"
-        else "dnnl_eltwise_forward_primitive_desc_create(&pd, eng, 96, "
-        f"{alg}, sd, dd, {'1.0f' if abi.op == 'silu' else '0.0f'}, 0.0f, 0)"
-    )
+    if abi.op == SOFTMAX:
+        create = f"dnnl_softmax_forward_primitive_desc_create(&pd, eng, 96, {alg}, sd, dd, 1, 0)"
+    elif abi.op in ROW_REDUCTIONS:
+        create = f"dnnl_reduction_primitive_desc_create(&pd, eng, {alg}, sd, dd, 0.0f, 0.0f, 0)"
+    else:
+        create = (
+            f"dnnl_eltwise_forward_primitive_desc_create(&pd, eng, 96, {alg}, sd, dd, "
+            f"{'1.0f' if abi.op == 'silu' else '0.0f'}, 0.0f, 0)"
+        )
     return PeerImpl(
         ONEDNN,
         "    dnnl_primitive_execute(mb_dnnl_prim, mb_dnnl_stream, 2, mb_dnnl_args);\n"
         "    dnnl_stream_wait(mb_dnnl_stream);",
         render("onednn_decls.c"),
-        render("onednn_setup.c", rows=rows, n=n, src_t=src_t, dst_t=dst_t, create=create),
+        render(
+            "onednn_setup.c",
+            rows=rows,
+            n=n,
+            dst_n=1 if abi.op in ROW_REDUCTIONS else n,
+            src_t=src_t,
+            dst_t=dst_t,
+            create=create,
+        ),
     )
 
 

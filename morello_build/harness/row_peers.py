@@ -52,6 +52,7 @@ from morello_build.harness.compile import (
 )
 from morello_build.harness.peer_registry import PYTHON_PEERS
 from morello_build.harness.report import ImplResult
+from morello_build.ir.spec import MAX, SUM
 
 __all__ = [
     "JAX",
@@ -118,14 +119,26 @@ def ctypes_kernel(
     return PyImpl(MORELLO_PY, lambda: fn(px, po), lambda: out)
 
 
+#: Row operations whose output is one value per row.
+_REDUCTIONS = (MAX, SUM)
+
+
+def _out_shape(op: str, rows: int, n: int) -> list[int]:
+    return [rows] if op in _REDUCTIONS else [rows, n]
+
+
 # --------------------------------------------------------------------------- onnxruntime
 
 
 def _onnx_model(op: str, rows: int, n: int) -> bytes:
-    """A one-node ONNX model (opset 20) of `op` on a float [rows, n] input `x`."""
+    """A one-node ONNX model (opset 20) of `op` on a float [rows, n] input `x` (a
+    reduction's output `y` is [rows]: its axes are an initializer, keepdims off)."""
     from onnx import TensorProto, helper
 
+    axes = [helper.make_tensor("axes", TensorProto.INT64, [1], [-1])]
     nodes = {
+        "max": [helper.make_node("ReduceMax", ["x", "axes"], ["y"], keepdims=0)],
+        "sum": [helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
         "softmax": [helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
         "relu": [helper.make_node("Relu", ["x"], ["y"])],
         "exp": [helper.make_node("Exp", ["x"], ["y"])],
@@ -140,7 +153,8 @@ def _onnx_model(op: str, rows: int, n: int) -> bytes:
         nodes,
         f"morello_bench_{op}",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, n])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, _out_shape(op, rows, n))],
+        initializer=axes if op in _REDUCTIONS else [],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     model.ir_version = 10  # opset 20's; what onnxruntime releases since 1.17 read
@@ -165,7 +179,7 @@ def plan_onnxruntime(op: str, x: NDArray[Any], dtype: str, threads: int) -> PyIm
     so.log_severity_level = 3
     rows, n = x.shape
     sess = ort.InferenceSession(_onnx_model(op, rows, n), so, providers=["CPUExecutionProvider"])
-    out = np.zeros_like(x)
+    out = np.zeros(_out_shape(op, rows, n), dtype=np.float32)
     binding = sess.io_binding()
     binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x))
     ov = ort.OrtValue.ortvalue_from_numpy(out)
@@ -211,6 +225,8 @@ def plan_jax(op: str, x: NDArray[Any], dtype: str, threads: int) -> PyImpl | str
     import jax.numpy as jnp
 
     fns: Mapping[str, Callable[[Any], Any]] = {
+        "max": lambda v: jnp.max(v, axis=-1),
+        "sum": lambda v: jnp.sum(v, axis=-1),
         "softmax": lambda v: jax.nn.softmax(v, axis=-1),
         "relu": jax.nn.relu,
         "exp": jnp.exp,

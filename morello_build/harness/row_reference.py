@@ -17,8 +17,9 @@ denominator's terms): u (2 |x_max - m| + 14) more. Every row must also sum to 1 
 times the largest per-element relative bound.
 
 Inputs: run 0 holds the hard cases (values near +-1e4 that would overflow a naive exp,
-rows of -inf with one finite value, a row of equal values, wide spreads that underflow);
-run 1 is uniform random in [-8, 8] (activations: [-10, 10], covering both tails).
+rows of -inf with one finite value, a row of equal values, wide spreads that underflow;
+for the other operations both tails, signed zeros, subnormal results and a NaN, which
+must come out NaN); run 1 is uniform random in [-8, 8] (activations: [-10, 10], covering both tails).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.ir.spec import USER_ROW_KINDS
+from morello_build.ir.spec import MAX, SUM, USER_ROW_KINDS
 
 U = 2.0**-24  # unit roundoff of f32
 #: The vector math functions' accuracy, relative (2 ulp of a result in [2^e, 2^(e+1))
@@ -52,11 +53,17 @@ def hard_rows(
         # Activations: both tails (exp near overflow and underflow, tanh/erf saturated),
         # signed zeros, tiny values, and results in the subnormal range (silu(-95),
         # gelu_tanh(-10.5): e^-w underflows there while e^w would overflow).
+        # A NaN must come out NaN (numpy's max and sum too: in the last row, so that the
+        # other rows still check the finite values).
+        reduce = op in (MAX, SUM)
         edge = np.array(
             [0.0, -0.0, 1e-30, -1e-30, 88.0, -87.0, 30.0, -30.0, 10.0, -10.0, -95.0, -10.5]
+            + ([] if reduce else [np.nan])
         )
         flat = x.reshape(-1)
         flat[: min(flat.size, edge.size)] = edge[: flat.size]
+        if reduce and shape[0] > 1:
+            x[-1, rng.integers(0, shape[-1])] = np.nan
         return exact_in(x, dtype)
     rows, n = shape
     for r in range(rows):

@@ -244,7 +244,8 @@ _ROW_OP_LABEL = "a row op"
 _OP_DOC = (
     'the operation: `"matmul"`, or a row op on a `[rows, n]` x giving an f32 `[rows, n]` out: '
     '`"softmax"` (along each row), `"relu"`, `"gelu"` (the erf form, as `"gelu_erf"`), '
-    '`"gelu_tanh"`, `"silu"`, `"exp"`; or x + b, x * b with an f32 b broadcast: `"add_row"`, '
+    '`"gelu_tanh"`, `"silu"`, `"exp"`; a reduction of each row to an f32 `[rows]` out: '
+    '`"max"`, `"sum"`; or x + b, x * b with an f32 b broadcast: `"add_row"`, '
     '`"mul_row"` (b is `[n]`, one value per column, e.g. a bias), `"add_col"`, `"mul_col"` '
     "(b is `[rows]`, one value per row)"
 )

@@ -10,10 +10,12 @@ from morello_build.ir.spec import (
     GELU_ERF,
     GELU_TANH,
     MUL_COL,
+    MAX,
     MUL_ROW,
     RELU,
     SILU,
     SOFTMAX,
+    SUM,
 )
 
 #: Shorthand names of row operations and the Spec kinds they mean (`gelu` is the erf form,
@@ -30,4 +32,6 @@ ROW_SHORTHANDS: dict[str, str] = {
     "add_col": ADD_COL,
     "mul_row": MUL_ROW,
     "mul_col": MUL_COL,
+    "max": MAX,
+    "sum": SUM,
 }

@@ -181,6 +181,8 @@ _ROW_WHAT = {
     "mul_row": "out = x * b (every row multiplied by b[n] elementwise)",
     "add_col": "out = x + b[:, None] (b[i] added to row i)",
     "mul_col": "out = x * b[:, None] (row i multiplied by b[i])",
+    "max": "out = x.max(axis=1) (the largest value of each row; NaN if the row has one)",
+    "sum": "out = x.sum(axis=1) (each row's sum, accumulated in float32)",
 }
 assert set(_ROW_WHAT) == set(ROW_OPS)
 

@@ -214,6 +214,68 @@ def _vmax(ctx: Ctx, lanes: int, a: str, b: str) -> str:
     return f"({vt})_mm_max_ps((__m128)({a}), (__m128)({b}))"
 
 
+def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
+    """The row max, NaN if the row (or the running max `m`) holds one, as numpy's max:
+    vmaxps drops a NaN operand, so one unordered compare per two vectors records NaNs
+    beside the maxima (about free: the loop is bound by its loads)."""
+    vt, ld = _vt(ctx, lanes), _loader(ctx, dtype, lanes)
+    vm = _vmax
+    step = lanes * ROW_ACCUMULATORS
+    vals = "".join(
+        f"        const {vt} v{j} = {ld}(x + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)
+    )
+    maxes = "".join(
+        f"        a{j} = {vm(ctx, lanes, f'a{j}', f'v{j}')};\n" for j in range(ROW_ACCUMULATORS)
+    )
+    pairs = "".join(
+        f"        {_nan_record(lanes, f'v{j}', f'v{j + 1}')};\n"
+        for j in range(0, ROW_ACCUMULATORS, 2)
+    )
+    init = ", ".join(f"a{j} = ({vt}){{0}} + m" for j in range(ROW_ACCUMULATORS))
+    return (
+        f"static inline float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
+        "    if (m != m)\n        return m;\n"
+        f"    {vt} {init};\n"
+        f"    {_NAN_FLAGS[lanes][0]};\n"
+        "    int64_t i = 0;\n"
+        f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n"
+        f"{vals}{maxes}{pairs}    }}\n"
+        f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+        f"        const {vt} v0 = {ld}(x + i);\n"
+        f"        a0 = {vm(ctx, lanes, 'a0', 'v0')};\n"
+        f"        {_nan_record(lanes, 'v0', 'v0')};\n"
+        "    }\n"
+        f"    if ({_NAN_FLAGS[lanes][1]})\n        return __builtin_nanf(\"\");\n"
+        f"    a0 = {vm(ctx, lanes, vm(ctx, lanes, 'a0', 'a1'), vm(ctx, lanes, 'a2', 'a3'))};\n"
+        f"    for (int j = 0; j < {lanes}; j++)\n"
+        "        m = a0[j] > m ? a0[j] : m;\n"
+        "    for (; i < n; i++) {\n"
+        f"        const float v = {sx};\n"
+        "        if (v != v)\n            return v;\n"
+        "        m = v > m ? v : m;\n"
+        "    }\n"
+        "    return m;\n"
+        "}\n"
+    )
+
+
+#: Per vector width: the NaN flags' declaration and the test that any was set.
+_NAN_FLAGS = {
+    16: ("__mmask16 un = 0", "un"),
+    8: ("__m256 un = _mm256_setzero_ps()", "_mm256_movemask_ps(un)"),
+    4: ("__m128 un = _mm_setzero_ps()", "_mm_movemask_ps(un)"),
+}
+
+
+def _nan_record(lanes: int, a: str, b: str) -> str:
+    """C that sets a flag of `un` where `a` or `b` is NaN (an unordered compare)."""
+    if lanes == 16:
+        return f"un |= _mm512_cmp_ps_mask((__m512)({a}), (__m512)({b}), _CMP_UNORD_Q)"
+    if lanes == 8:
+        return f"un = _mm256_or_ps(un, _mm256_cmp_ps((__m256)({a}), (__m256)({b}), _CMP_UNORD_Q))"
+    return f"un = _mm_or_ps(un, _mm_cmpunord_ps((__m128)({a}), (__m128)({b})))"
+
+
 def _xtype(dtype: Dtype) -> str:
     return "uint16_t" if dtype == BF16 else "float"
 
@@ -247,7 +309,8 @@ def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
 def _unary_scalar(ctx: Ctx, op: str, v: str, lanes: int | None) -> str:
     """C of activation `op` applied to `v` (a float or an f32 vector of `lanes`)."""
     if op == RELU:
-        return f"({v} > 0 ? {v} : 0.0f)" if lanes is None else _vmax(ctx, lanes, v, "zero")
+        # max(0, v): vmaxps returns its second operand when one is NaN, so NaN stays NaN
+        return f"({v} < 0 ? 0.0f : {v})" if lanes is None else _vmax(ctx, lanes, "zero", v)
     if op == EXP:
         return f"{_use_math(ctx, 'exp', lanes)}({v})"
     if op in _SIGMOID_ARG:
@@ -308,8 +371,10 @@ def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype)
     loop = "    for (int64_t i = 0; i < n; i++) {\n"
     if op == MAX:
         return (
-            f"{head}float {name}(const {xt} *restrict x, int64_t n, float m) {{\n{loop}"
-            f"        float v = {sx};\n        m = v > m ? v : m;\n    }}\n    return m;\n}}\n"
+            f"{head}float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
+            f"    if (m != m)\n        return m;\n{loop}"
+            f"        float v = {sx};\n        if (v != v)\n            return v;\n"
+            "        m = v > m ? v : m;\n    }\n    return m;\n}\n"
         )
     if op == SOFTMAX_DENOM:
         return (
@@ -468,29 +533,7 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
     accs = ", ".join(f"a{j} = {{0}}" for j in range(ROW_ACCUMULATORS))
     splat = f"({vt}){{0}} + "
     if op == MAX:
-        vm = _vmax
-        unrolled = "".join(
-            f"        a{j} = {vm(ctx, lanes, f'a{j}', f'{ld}(x + i + {j * lanes})')};\n"
-            for j in range(ROW_ACCUMULATORS)
-        )
-        init = ", ".join(f"a{j} = {splat}m" for j in range(ROW_ACCUMULATORS))
-        return (
-            f"static inline float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
-            f"    {vt} {init};\n"
-            "    int64_t i = 0;\n"
-            f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n{unrolled}    }}\n"
-            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
-            f"        a0 = {vm(ctx, lanes, 'a0', f'{ld}(x + i)')};\n"
-            f"    a0 = {vm(ctx, lanes, vm(ctx, lanes, 'a0', 'a1'), vm(ctx, lanes, 'a2', 'a3'))};\n"
-            f"    for (int j = 0; j < {lanes}; j++)\n"
-            "        m = a0[j] > m ? a0[j] : m;\n"
-            "    for (; i < n; i++) {\n"
-            f"        const float v = {sx};\n"
-            "        m = v > m ? v : m;\n"
-            "    }\n"
-            "    return m;\n"
-            "}\n"
-        )
+        return _max_fn(ctx, name, xt, sx, dtype, lanes)
     if op == SUM:
         unrolled = "".join(
             f"        a{j} += {ld}(x + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)

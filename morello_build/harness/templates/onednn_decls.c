@@ -8,6 +8,7 @@ int dnnl_stream_create(mb_dnnl_h *, mb_dnnl_h, unsigned);
 int dnnl_memory_desc_create_with_tag(mb_dnnl_h *, int, const int64_t *, int, int);
 int dnnl_softmax_forward_primitive_desc_create(mb_dnnl_h *, mb_dnnl_h, int, int, mb_dnnl_h, mb_dnnl_h, int, mb_dnnl_h);
 int dnnl_eltwise_forward_primitive_desc_create(mb_dnnl_h *, mb_dnnl_h, int, int, mb_dnnl_h, mb_dnnl_h, float, float, mb_dnnl_h);
+int dnnl_reduction_primitive_desc_create(mb_dnnl_h *, mb_dnnl_h, int, mb_dnnl_h, mb_dnnl_h, float, float, mb_dnnl_h);
 int dnnl_primitive_create(mb_dnnl_h *, mb_dnnl_h);
 int dnnl_memory_create(mb_dnnl_h *, mb_dnnl_h, mb_dnnl_h, void *);
 int dnnl_primitive_execute(mb_dnnl_h, mb_dnnl_h, int, const mb_dnnl_arg *);

@@ -47,3 +47,33 @@ void morello_bench_stream_rw_bf16(const void *src, void *dst, long n, int thread
         memcpy(d + i, &w, sizeof w);
     }
 }
+
+/* A reduction's memory bound: its input read once (its output, one value per row, is
+   negligible), as 4 independent vector sums per thread so that no add latency limits it. */
+float morello_bench_stream_r(const void *src, long nbytes, int threads);
+float morello_bench_stream_r(const void *src, long nbytes, int threads) {
+    const char *s = src;
+    const long step = (long)sizeof(mb_v) * 4, blocks = nbytes / step;
+    float total = 0.0f;
+    (void)threads;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+#endif
+    {
+        mb_v a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (long i = 0; i < blocks; i++) {
+            mb_v v0, v1, v2, v3;
+            memcpy(&v0, s + i * step, sizeof v0);
+            memcpy(&v1, s + i * step + sizeof v0, sizeof v1);
+            memcpy(&v2, s + i * step + 2 * sizeof v0, sizeof v2);
+            memcpy(&v3, s + i * step + 3 * sizeof v0, sizeof v3);
+            a0 += v0, a1 += v1, a2 += v2, a3 += v3;
+        }
+        a0 += a1 + a2 + a3;
+        for (int l = 0; l < MB_LANES; l++) total += a0[l];
+    }
+    return total;
+}

@@ -113,7 +113,7 @@ def _bench_json(*args: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("peer", ["naive", "onednn", "stream-rw", "onnxruntime", "jax"])
-@pytest.mark.parametrize("op", ["softmax", "gelu_erf"])
+@pytest.mark.parametrize("op", ["softmax", "gelu_erf", "sum"])
 def test_each_peer_is_checked_then_timed(peer: str, op: str) -> None:
     why = _peer_missing(peer)
     if why:

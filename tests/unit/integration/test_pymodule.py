@@ -69,6 +69,17 @@ shape = [2, 24]
 dtype = "bf16"
 
 [[kernel]]
+name = "rmax"
+op = "max"
+shape = [5, 37]
+
+[[kernel]]
+name = "rsum_b"
+op = "sum"
+shape = [3, 100]
+dtype = "bf16"
+
+[[kernel]]
 name = "mm"
 shape = [3, 4, 5]
 
@@ -166,6 +177,8 @@ REFERENCES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0.0),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "exp": np.exp,
+    "max": lambda x: x.max(axis=1),
+    "sum": lambda x: x.sum(axis=1),
 }
 
 
@@ -188,13 +201,15 @@ def _inputs(info: dict[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, x.astype(np.float64)
 
 
-ROW_KERNELS = ["sm", "sm_bf16", "gelu", "gelu_t", "relu", "silu_multi", "exp_b"]
+ROW_KERNELS = ["sm", "sm_bf16", "gelu", "gelu_t", "relu", "silu_multi", "exp_b", "rmax", "rsum_b"]
+#: The reductions: out has one value per row.
+REDUCED = {"max", "sum"}
 
 
 def _check(got: np.ndarray, want: np.ndarray, op: str) -> None:
     # 1e-5 relative; the activations also get an absolute 1e-6 where the result is a
     # cancellation near 0 (gelu, silu of a negative x: f32 has no more digits there).
-    atol = 0.0 if op in ("softmax", "exp", "relu") else 1e-6
+    atol = 0.0 if op in ("softmax", "exp", "relu", "max") else 1e-6
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol)
 
 
@@ -216,10 +231,11 @@ def test_row_ops_match_numpy(rowmod: Any, name: str, seed: int) -> None:
     x, x64 = _inputs(info, seed)
     fn = getattr(rowmod, name)
     got = fn(x)
-    assert got.dtype == np.float32 and got.shape == tuple(info["shape"])
+    shape = tuple(info["shape"])[:1] if info["op"] in REDUCED else tuple(info["shape"])
+    assert got.dtype == np.float32 and got.shape == shape
     assert got.flags.c_contiguous
     _check(got, REFERENCES[info["op"]](x64), info["op"])
-    out = np.full(info["shape"], np.nan, dtype=np.float32)
+    out = np.full(shape, np.nan, dtype=np.float32)
     assert fn(x, out=out) is out
     np.testing.assert_array_equal(out, got)
     assert fn(x, out) is out  # positional out too
