@@ -1,12 +1,13 @@
-"""Softmax and activations against their peers: `benchmarks/peers.py --ops ...`.
+"""Softmax, activations and row reductions against their peers: `benchmarks/peers.py --ops ...`.
 
     python benchmarks/peers.py --ops softmax                       # the issue's softmax shapes
     python benchmarks/peers.py --ops gelu,gelu_tanh,silu,relu,exp  # the activation table
+    python benchmarks/peers.py --ops max,sum                       # the reductions (out[rows])
     python benchmarks/peers.py --ops softmax --shapes 1x512,8x2048@2 --min-time 0.3
 
 Each row runs ``morello bench OP RxN --json`` in a fresh process (one cache directory for the
 whole run: synthesis is not what is measured here). In that run the kernel, the -O3 loop nest,
-oneDNN and a streaming read+write of the tensor (the memory bound) are timed round-robin in
+oneDNN and a streaming read+write of the tensor (the memory bound; a reduction: a read) are timed round-robin in
 one C harness, and onnxruntime and jax in Python beside the kernel called through ctypes
 (`morello_build.harness.row_peers`); every peer is checked against numpy first, and one
 outside the reference's bounds shows as "wrong" (not timed). A peer's cell is its median time
@@ -30,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-OPS = ("softmax", "relu", "gelu", "gelu_erf", "gelu_tanh", "silu", "exp")
+OPS = ("softmax", "relu", "gelu", "gelu_erf", "gelu_tanh", "silu", "exp", "max", "sum")
 #: The spelling in tables and result keys (the shorthand "gelu" is the erf form).
 CANONICAL = {"gelu": "gelu_erf"}
 SOFTMAX_SHAPES = ",".join(
@@ -209,7 +210,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--shapes",
         default=None,
-        help=f"comma-separated RxN[@T] [default: softmax {SOFTMAX_SHAPES}; activations "
+        help=f"comma-separated RxN[@T] [default: softmax {SOFTMAX_SHAPES}; the other ops "
         f"{ACTIVATION_SHAPES}]",
     )
     ap.add_argument("--min-time", type=float, default=0.3)

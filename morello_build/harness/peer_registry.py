@@ -652,7 +652,7 @@ def _row_naive_body(abi: KernelABI) -> str:
     if abi.op in ROW_REDUCTIONS:
         step = "mb_a = v > mb_a ? v : mb_a" if abi.op == MAX else "mb_a += v"
         return f"""    {rows_loop} {{
-        float mb_a = {'-INFINITY' if abi.op == MAX else '0.0f'};
+        float mb_a = {"-INFINITY" if abi.op == MAX else "0.0f"};
         {cols} {{
             const float v = {load};
             {step};

@@ -245,7 +245,7 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
         f"        a0 = {vm(ctx, lanes, 'a0', 'v0')};\n"
         f"        {_nan_record(lanes, 'v0', 'v0')};\n"
         "    }\n"
-        f"    if ({_NAN_FLAGS[lanes][1]})\n        return __builtin_nanf(\"\");\n"
+        f'    if ({_NAN_FLAGS[lanes][1]})\n        return __builtin_nanf("");\n'
         f"    a0 = {vm(ctx, lanes, vm(ctx, lanes, 'a0', 'a1'), vm(ctx, lanes, 'a2', 'a3'))};\n"
         f"    for (int j = 0; j < {lanes}; j++)\n"
         "        m = a0[j] > m ? a0[j] : m;\n"
