@@ -314,40 +314,42 @@ _EXPM_CONSTANTS = _EXP_CONSTANTS.replace(
     "    const float lo = -104.0f;                   /* exp(-104) rounds to 0 */\n",
 ).replace(
     "    const float magic = 0x1.8p+23f;             /* 1.5*2^23: adding it rounds to integer */\n",
-    "    const float magic = 12583103.0f;            /* 1.5*2^23 + 191: rounds, and biases n */\n",
+    "    const float magic = 12583104.0f;            /* 1.5*2^23 + 192: rounds, and biases n */\n",
 )
-assert "hi = 89" not in _EXPM_CONSTANTS and "12583103" in _EXPM_CONSTANTS
+assert "hi = 89" not in _EXPM_CONSTANTS and "12583104" in _EXPM_CONSTANTS
 
 
-def _scaled_by_2_64(text: str) -> str:
-    """`text` with every `cK = 0x...p<e>f` coefficient renamed eK and written times 2^-64
-    (exponent e - 64: exact, the values stay normal)."""
+def _scaled(text: str, name: str, log2: int) -> str:
+    """`text` with every `cK = 0x...p<e>f` coefficient renamed `name`K and written times
+    2^`log2` (exponent e + log2: exact, the values stay normal)."""
 
     def one(m: re.Match[str]) -> str:
-        return f"e{m.group(1)} = {m.group(2)}p{int(m.group(3)) - 64}f"
+        return f"{name}{m.group(1)} = {m.group(2)}p{int(m.group(3)) + log2}f"
 
     return re.sub(r"\bc(\d) = (0x[0-9a-f.]+)p([+-]?\d+)f", one, text)
 
 
-#: expm's polynomial is exp's, every coefficient times 2^-64 (so p is exp(r) * 2^-64, the
+#: expm's polynomial is exp's, every coefficient times 2^-65 (so p is exp(r) * 2^-65, the
 #: same rounding at every step: scaling by a power of 2 is exact in the normal range).
-_EXPM_CONSTANTS = _scaled_by_2_64(_EXPM_CONSTANTS)
+_EXPM_CONSTANTS = _scaled(_EXPM_CONSTANTS, "e", -65)
 _EXPM_POLY = """\
     p = e6 * r + e5;
     p = p * r + e4;
     p = p * r + e3;
     p = p * r + e2;
-    p = p * r + 0x1p-64f;
-    p = p * r + 0x1p-64f;
+    p = p * r + 0x1p-65f;
+    p = p * r + 0x1p-65f;
 """
-assert "e6 = 0x1.6a56c6p-74f" in _EXPM_CONSTANTS and "c2" not in _EXPM_CONSTANTS
+assert "e6 = 0x1.6a56c6p-75f" in _EXPM_CONSTANTS and "c2" not in _EXPM_CONSTANTS
 
 #: exp for x <= 0: no upper clamp, and the scale in one shift. n is in [-150, 0], so with
-#: a magic number carrying the bias 191, z's low bits are n + 191 and `z << 23` is the
-#: normal number 2^(n + 64) (n + 191 in [41, 191]). The polynomial carries the 2^-64
-#: (exp(r) * 2^-64, normal), so the one product p * 2^(n + 64) rounds once, into the
+#: a magic number carrying the bias 192, z's low bits are n + 192 and `z << 23` is the
+#: normal number 2^(n + 65) (n + 192 in [42, 192]). The polynomial carries the 2^-65
+#: (exp(r) * 2^-65, normal), so the one product p * 2^(n + 65) rounds once, into the
 #: subnormals when the result is that small: the same bits as `exp` for every x <= 0, in
-#: 13 vector operations instead of 21 (docs/vecmath.md).
+#: 13 vector operations instead of 21 (docs/vecmath.md). The bias must keep the magic number
+#: even, as exp's: without FMA contraction x * log2e can round to an integer and a half,
+#: and an odd magic number breaks that tie toward the other integer (1 ulp apart).
 _VEXPM = (
     """\
 /* exp over {L} f32 lanes for x <= 0 (or NaN), <= 2 ulp (morello_build.kernels.vecmath). */
@@ -363,7 +365,7 @@ static inline {F} {NAME}({F} x) {{
 """
     + _EXPM_POLY
     + """\
-    {F} s = ({F})(({U})z << 23);                /* 2^(n + 64) */
+    {F} s = ({F})(({U})z << 23);                /* 2^(n + 65) */
     return p * s;
 }}
 """
@@ -427,7 +429,7 @@ static inline float {NAME}(float x) {{
     + """\
     uint32_t zb;
     memcpy(&zb, &z, sizeof zb);
-    uint32_t sb = zb << 23;                     /* 2^(n + 64) */
+    uint32_t sb = zb << 23;                     /* 2^(n + 65) */
     float s;
     memcpy(&s, &sb, sizeof s);
     return p * s;

@@ -69,6 +69,21 @@ EDGES: tuple[int, ...] = tuple(
     )
     for d in (-2, -1, 0, 1, 2)
 ) + tuple(b | 0x80000000 for b in (0x3F200000, 0x3F800000, 0x40800000, 0x00000001, 0x007FFFFF))
+#: Inputs whose x * log2e, rounded to f32 (no FMA contraction), is an integer and a half:
+#: the magic-number rounding of n must break the tie the same way in every form of exp (an
+#: odd magic number rounds it to the other integer, 1 ulp apart in the result). Found by
+#: comparing the forms over all 2^32 patterns (docs/vecmath.md).
+TIES: tuple[int, ...] = (
+    0x4192F27C,  # 18.37
+    0x41A920BF,
+    0x41BF4F02,
+    0x41DB08D6,
+    0xC18D66EB,  # -17.68
+    0xC1A3952E,
+    0xC1B9C371,
+    0xC1EBAB88,
+)
+EDGES += TIES
 
 
 def _typedefs(widths: tuple[int, ...], broadcast: bool = False) -> str:
@@ -398,6 +413,51 @@ def test_vecmath_compiles_strict_without_libm(
         ["nm", "-u", str(obj)], capture_output=True, text=True, check=True
     ).stdout.split()
     assert [s for s in undefined if s not in ("U",)] == [], undefined
+
+
+@pytest.mark.parametrize("isa", ["avx2", None])
+def test_tied_roundings_give_every_form_of_exp_the_same_bits(
+    isa: str | None, tmp_path: Path
+) -> None:
+    """Without FMA contraction (the x86-64 target has none), exp's fast path, its two-factor
+    scaling (the scalar form) and expm (x <= 0) agree bit for bit where x * log2e is a tie."""
+    lanes = 8 if isa == "avx2" else 4
+    v, s = vecmath.vec_fn, vecmath.scalar_fn
+    ties = ", ".join(f"0x{b:08x}u" for b in TIES)
+    src = tmp_path / "ties.c"
+    src.write_text(
+        "#include <stdint.h>\n#include <string.h>\n#include <stdio.h>\n"
+        + _typedefs((lanes,))
+        + "\n"
+        + helpers_c((lanes, 0))
+        + f"""
+static uint32_t bits(float f) {{ uint32_t b; memcpy(&b, &f, sizeof b); return b; }}
+int main(void) {{
+    const uint32_t ties[] = {{{ties}}};
+    int bad = 0;
+    for (unsigned t = 0; t < sizeof ties / sizeof ties[0]; t++) {{
+        float x;
+        memcpy(&x, &ties[t], sizeof x);
+        vf32x{lanes} vx = (vf32x{lanes}){{0}} + x;
+        const uint32_t want = bits({s("exp")}(x)), fast = bits({v("exp", lanes)}(vx)[0]);
+        const uint32_t m = x <= 0 ? bits({v("expm", lanes)}(vx)[0]) : want;
+        const uint32_t sm = x <= 0 ? bits({s("expm")}(x)) : want;
+        if (fast != want || m != want || sm != want) {{
+            printf("x=%08x exp %08x vector %08x expm %08x scalar expm %08x\\n", ties[t], want, fast, m, sm);
+            bad = 1;
+        }}
+    }}
+    return bad;
+}}
+"""
+    )
+    cc = find_compiler("gcc")
+    flags = [*kernel_flags(isa, strict=True), "-ffp-contract=off"]
+    exe = link(
+        cc, [compile_object(cc, src, flags=flags)], tmp_path / "ties", shared=False, flags=flags
+    )
+    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout
 
 
 def test_api_names_deps_and_typedefs() -> None:
