@@ -221,9 +221,7 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
     vt, ld = _vt(ctx, lanes), _loader(ctx, dtype, lanes)
     vm = _vmax
     step = lanes * ROW_ACCUMULATORS
-    vals = "".join(
-        f"        const {vt} v{j} = {ld}(x + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)
-    )
+    vals = _unrolled_loads(ctx, dtype, lanes)
     maxes = "".join(
         f"        a{j} = {vm(ctx, lanes, f'a{j}', f'v{j}')};\n" for j in range(ROW_ACCUMULATORS)
     )
@@ -257,6 +255,31 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
         "    return m;\n"
         "}\n"
     )
+
+
+def _unrolled_loads(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
+    """C declaring v0..v3, the ROW_ACCUMULATORS vectors of a reduction's unrolled step
+    (`lanes` * ROW_ACCUMULATORS elements from x + i), in any order of elements. bf16 loads
+    words of two values and splits them: `w << 16` is the even element as f32 and
+    `w & 0xffff0000` the odd one, two integer operations per two vectors where widening in
+    order takes a zero-extension and a shift per vector (docs/softmax.md, "Reductions")."""
+    vt = _vt(ctx, lanes)
+    if dtype != BF16:
+        ld = _loader(ctx, dtype, lanes)
+        return "".join(
+            f"        const {vt} v{j} = {ld}(x + i + {j * lanes});\n"
+            for j in range(ROW_ACCUMULATORS)
+        )
+    ut = ctx.vtype(Dtype.U32, lanes)
+    lines = []
+    for j in range(0, ROW_ACCUMULATORS, 2):
+        w = f"w{j // 2}"
+        lines += [
+            f"        {ut} {w};\n",
+            f"        memcpy(&{w}, x + i + {j * lanes}, sizeof {w});\n",
+            f"        const {vt} v{j} = ({vt})({w} << 16), v{j + 1} = ({vt})({w} & 0xffff0000u);\n",
+        ]
+    return "".join(lines)
 
 
 #: Per vector width: the NaN flags' declaration and the test that any was set.
@@ -535,8 +558,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
     if op == MAX:
         return _max_fn(ctx, name, xt, sx, dtype, lanes)
     if op == SUM:
-        unrolled = "".join(
-            f"        a{j} += {ld}(x + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)
+        unrolled = _unrolled_loads(ctx, dtype, lanes) + "".join(
+            f"        a{j} += v{j};\n" for j in range(ROW_ACCUMULATORS)
         )
         return (
             f"static inline float {name}(const {xt} *restrict x, int64_t n) {{\n"

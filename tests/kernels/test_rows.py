@@ -132,7 +132,7 @@ def test_checker_catches_a_dropped_term_of_a_sum() -> None:
     k = _kernel("sum", 4, 4096, "f32", "avx2")
     assert "a0 += mb_ld_f32_8(x + i);" in k.c_source
     # drop one vector of the unrolled main loop
-    bad = dataclasses.replace(k, c_source=k.c_source.replace("a3 += mb_ld_f32_8(x + i + 24);", ""))
+    bad = dataclasses.replace(k, c_source=k.c_source.replace("a3 += v3;", "(void)v3;"))
     assert bad.c_source != k.c_source
     try:
         r = verify_kernel(bad)
