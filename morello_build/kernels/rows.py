@@ -308,8 +308,9 @@ def _hsum(lanes: int, v: str) -> str:
 
 
 #: Row functions that call other row functions sort after them (helpers are emitted in
-#: key order): the online pass calls the max; the chunked softmax calls max, exp and scale.
-_TIER = {"online": 1, SOFTMAX: 2}
+#: key order): the online pass calls the max, the division the scaling; the chunked softmax
+#: calls max, exp, scale and divide.
+_TIER = {"online": 1, DIVIDE_ROWS: 1, SOFTMAX: 2}
 
 
 def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
@@ -653,18 +654,11 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"        out[i] = {sex}({sx} - m) * r;\n"
             "}\n"
         )
-    if op == DIVIDE_ROWS:
+    if op == DIVIDE_ROWS:  # a scaling by the reciprocal
+        sc = _row_fn(ctx, SCALE_ROW, F32)
         return (
             f"static inline void {name}(float *restrict out, int64_t n, float d) {{\n"
-            "    const float r = 1.0f / d;\n"
-            f"    const {vt} vr = {splat}r;\n"
-            "    int64_t i = 0;\n"
-            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
-            f"        const {vt} e = {ld}(out + i) * vr;\n"
-            "        memcpy(out + i, &e, sizeof e);\n"
-            "    }\n"
-            "    for (; i < n; i++)\n"
-            "        out[i] *= r;\n"
+            f"    {sc}(out, n, 1.0f / d);\n"
             "}\n"
         )
     if op in BROADCAST_KINDS:
