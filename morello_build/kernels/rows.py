@@ -5,9 +5,10 @@ its reduced operands (the row's max or denominator) as single values in RF or L1
 loops over rows, chunks rows (`SplitScan`) and places them in cache. The C of each is a
 `static inline` function per (operation, input dtype, vector width), written once per file
 and called with the row's pointer and length: four independent vector accumulators hide
-latency, a scalar loop finishes a row that does not fill a vector, using the scalar form of
-the same math (kernels/vecmath.py), so every element gets the value the vector code would
-give. bf16 inputs are widened as they are loaded.
+latency; the remainder of a row that does not fill a vector is one masked vector step on
+AVX2 f32 rows ("masked remainders" below), else a scalar loop using the scalar form of the
+same math (kernels/vecmath.py), so every element gets the value the vector code would give.
+bf16 inputs are widened as they are loaded.
 
 Costs are in the model's units (an FMA vector is 2, docs/cost-model.md) per vector of the
 target's f32 width, plus each operand's lines at its level (`io_cost`); an exp vector is
@@ -243,7 +244,17 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
         f"        a0 = {vm(ctx, lanes, 'a0', 'v0')};\n"
         f"        {_nan_record(lanes, 'v0', 'v0')};\n"
         "    }\n"
-        f'    if ({_NAN_FLAGS[lanes][1]})\n        return __builtin_nanf("");\n'
+        + (
+            _masked_block(
+                ctx,
+                f"        const {vt} v1 = {_mload(vt, 'x + i', '-__builtin_inff()')};\n"
+                f"        a1 = {vm(ctx, lanes, 'a1', 'v1')};\n"
+                f"        {_nan_record(lanes, 'v1', 'v1')};\n",
+            )
+            if _masked(lanes, dtype)
+            else ""
+        )
+        + f'    if ({_NAN_FLAGS[lanes][1]})\n        return __builtin_nanf("");\n'
         f"    a0 = {vm(ctx, lanes, vm(ctx, lanes, 'a0', 'a1'), vm(ctx, lanes, 'a2', 'a3'))};\n"
         f"    for (int j = 0; j < {lanes}; j++)\n"
         "        m = a0[j] > m ? a0[j] : m;\n"
@@ -438,6 +449,63 @@ def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype)
     )
 
 
+# ---- masked remainders -----------------------------------------------------------------
+#
+# The last n % 8 values of an f32 row on AVX2 go through the vector code once more with
+# masked loads and stores (vmaskmovps), as the matmul kernels' edges do, instead of a scalar
+# loop of up to 7 exps. The block sets i = n, so the scalar tail after it runs only where the
+# guard is false (or for bf16 rows: AVX2 has no masked load of 16-bit lanes). Masked-off
+# lanes compute on zeros (or -inf for a max) and are neither stored nor summed. AVX-512
+# rows keep the scalar remainder: a k-mask form was written but could not be run on the
+# machines of this work (no AVX-512; docs/softmax.md, "Kernels").
+
+
+def _masked(lanes: int, dtype: Dtype) -> bool:
+    return dtype == F32 and lanes == 8
+
+
+def _masked_block(ctx: Ctx, body: str) -> str:
+    """`body` (C using the AVX2 lane mask `k`) for the remainder at i, under the ISA guard."""
+    ctx.includes.add("immintrin.h")
+    return (
+        "#if defined(__AVX2__)\n"
+        "    if (i < n) {  /* the remainder, masked */\n"
+        "        const __m256i k = _mm256_cmpgt_epi32(\n"
+        "            _mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
+        f"{body}"
+        "        i = n;\n"
+        "    }\n"
+        "#endif\n"
+    )
+
+
+def _mload(vt: str, ptr: str, fill: str | None = None) -> str:
+    """A masked load of `ptr` (masked-off lanes 0, or `fill`)."""
+    v = f"_mm256_maskload_ps({ptr}, k)"
+    if fill is not None:
+        v = f"_mm256_blendv_ps(_mm256_set1_ps({fill}), {v}, _mm256_castsi256_ps(k))"
+    return f"({vt}){v}"
+
+
+def _mstore(ptr: str, v: str) -> str:
+    return f"        _mm256_maskstore_ps({ptr}, k, (__m256)({v}));\n"
+
+
+def _mzero(vt: str, v: str) -> str:
+    """`v` with its masked-off lanes zeroed (before it is summed)."""
+    return f"({vt})_mm256_and_ps((__m256)({v}), _mm256_castsi256_ps(k))"
+
+
+def _elementwise_tail(ctx: Ctx, lanes: int, dtype: Dtype, expr: str, loads: dict[str, str]) -> str:
+    """Masked remainder of an elementwise row function: each name in `loads` (a C
+    variable in `expr`) is a masked load of its pointer; `out` gets the result."""
+    if not _masked(lanes, dtype):
+        return ""
+    vt = _vt(ctx, lanes)
+    body = "".join(f"        const {vt} {v} = {_mload(vt, p)};\n" for v, p in loads.items())
+    return _masked_block(ctx, body + f"        const {vt} e = {expr};\n" + _mstore("out + i", "e"))
+
+
 def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
     """out = x (+ or *) b over one row: b a row vector (a pointer, `_ROW` kinds) or this
     row's value (a float, `_COL` kinds). `lanes` 1 is the scalar target's loop."""
@@ -456,6 +524,8 @@ def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, 
     ld = _loader(ctx, dtype, lanes)
     vb = "vb" if col else f"{_loader(ctx, F32, lanes)}(b + i)"
     splat = f"    const {vt} vb = ({vt}){{0}} + b;\n" if col else ""
+    loads = {"mx": "x + i"} if col else {"mx": "x + i", "mb": "b + i"}
+    masked = _elementwise_tail(ctx, lanes, dtype, f"mx {sym} {'vb' if col else 'mb'}", loads)
     return (
         head
         + splat
@@ -463,6 +533,7 @@ def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, 
         + f"        const {vt} e = {ld}(x + i) {sym} {vb};\n"
         + "        memcpy(out + i, &e, sizeof e);\n"
         + "    }\n"
+        + masked
         + tail
     )
 
@@ -570,7 +641,12 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"{unrolled}    }}\n"
             f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
             f"        a0 += {ld}(x + i);\n"
-            "    a0 = (a0 + a1) + (a2 + a3);\n"
+            + (
+                _masked_block(ctx, f"        a1 += {_mload(vt, 'x + i')};\n")
+                if _masked(lanes, dtype)
+                else ""
+            )
+            + "    a0 = (a0 + a1) + (a2 + a3);\n"
             f"{_hsum(lanes, 'a0')}"
             f"    for (; i < n; i++)\n        s += {sx};\n"
             "    return s;\n"
@@ -587,7 +663,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"        const {vt} e = {ld}(out + i) * vf;\n"
             "        memcpy(out + i, &e, sizeof e);\n"
             "    }\n"
-            "    for (; i < n; i++)\n"
+            + _elementwise_tail(ctx, lanes, F32, "mo * vf", {"mo": "out + i"})
+            + "    for (; i < n; i++)\n"
             "        out[i] *= f;\n"
             "}\n"
         )
@@ -619,6 +696,16 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             return f"        a{j} += {vex}({ld}(x + {at}) - vm);\n"
 
         unrolled = prefetch + "".join(one(j, f"i + {j * lanes}") for j in range(ROW_ACCUMULATORS))
+        masked = ""
+        if _masked(lanes, dtype):
+            loaded = _mload(vt, "x + i")
+            e = _mzero(vt, f"{vex}({loaded} - vm)")
+            masked = _masked_block(
+                ctx,
+                f"        const {vt} e = {e};\n"
+                + (_mstore("out + i", "e") if store else "")
+                + "        a1 += e;\n",
+            )
         tail = (
             f"        out[i] = {sex}({sx} - m);\n        s += out[i];\n"
             if store
@@ -631,7 +718,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "    int64_t i = 0;\n"
             f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n{unrolled}    }}\n"
             f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n{one(0, 'i')}"
-            "    a0 = (a0 + a1) + (a2 + a3);\n"
+            + masked
+            + "    a0 = (a0 + a1) + (a2 + a3);\n"
             f"{_hsum(lanes, 'a0')}"
             f"    for (; i < n; i++) {{\n{tail}    }}\n"
             "    return s;\n"
@@ -650,7 +738,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"        const {vt} e = {vex}({ld}(x + i) - vm) * vr;\n"
             "        memcpy(out + i, &e, sizeof e);\n"
             "    }\n"
-            "    for (; i < n; i++)\n"
+            + _elementwise_tail(ctx, lanes, dtype, f"{vex}(mx - vm) * vr", {"mx": "x + i"})
+            + "    for (; i < n; i++)\n"
             f"        out[i] = {sex}({sx} - m) * r;\n"
             "}\n"
         )
@@ -676,7 +765,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
         f"        const {vt} e = {vbody};\n"
         "        memcpy(out + i, &e, sizeof e);\n"
         "    }\n"
-        "    for (; i < n; i++) {\n"
+        + _elementwise_tail(ctx, lanes, dtype, vbody, {"v": "x + i"})
+        + "    for (; i < n; i++) {\n"
         f"        const float v = {sx};\n"
         f"        out[i] = {sbody};\n"
         "    }\n"
