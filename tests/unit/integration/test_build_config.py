@@ -329,7 +329,8 @@ CASES: list[tuple[str, str, str]] = [
         "bad_op",
         K + 'shape = [1, 2, 3]\nop = "conv"\n',
         f'{P} "mm1": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
-        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", got "conv"',
+        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "max", "sum", '
+        'got "conv"',
     ),
     # Row operations (issue 35): shape [rows, n], dtype of x, no matmul-only keys.
     (
@@ -424,7 +425,8 @@ CASES: list[tuple[str, str, str]] = [
         "broadcast_misspelt",
         B.replace("add_row", "add_rows") + "shape = [8, 512]\n",
         f'{P} "bias": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
-        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", got "add_rows"',
+        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "max", "sum", '
+        'got "add_rows"',
     ),
     (
         "matmul_two_dims_says_matmul",
