@@ -961,6 +961,74 @@ ROW_SOFTMAX_ONLINE_PARALLEL = Kernel(
 )
 
 
+def _par_reduce_applies(s: LogicalSpec, t: Target) -> bool:
+    if s.serial or not s.accum or t.processors < 2 or s.shape[1] < MIN_PARALLEL_ROW:
+        return False
+    _, last = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
+    return last > 0 and _one_row(s)
+
+
+def _par_reduce_cost(s: LogicalSpec, t: Target) -> int:
+    """Each thread's share of the chunks, the threads' start-up, then the merge."""
+    k, _ = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
+    rounds = -(-PARALLEL_ROW_PARTS // t.processors)
+    return (
+        t.par_setup
+        + t.par_per_iter * rounds
+        + _compute_cost(s, k, t) * rounds
+        + io_cost(s, t) // t.processors
+        + PARALLEL_ROW_PARTS * SIMPLE_VECTOR_COST
+    )
+
+
+def _par_reduce_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """Chunks' maxima or sums on the threads (OpenMP), then merged in order into the
+    output, so the result does not depend on the thread count. A NaN chunk makes the max
+    NaN, as the one-thread kernel's does."""
+    x, r = views
+    n = spec.shape[1]
+    parts = PARALLEL_ROW_PARTS
+    k, last = _chunks(n, parts)
+    fn = _row_fn(ctx, spec.kind, spec.operands[0].dtype)
+    ptr = _pointer(ctx, x, spec.text())
+    rv = _value(ctx, r)
+    i = ctx.fresh()
+    chunk = f"{ptr} + (int64_t)j * {k}, j == {parts - 1} ? {last} : {k}"
+    ctx.open("{")
+    ctx.line(f"float p{i}[{parts}];")
+    ctx.line("#pragma omp parallel for schedule(static)")
+    ctx.open(f"for (int j = 0; j < {parts}; j++) {{")
+    if spec.kind == MAX:
+        ctx.line(f"p{i}[j] = {fn}({chunk}, -__builtin_inff());")
+    else:
+        ctx.line(f"p{i}[j] = {fn}({chunk});")
+    ctx.close()
+    if spec.kind == MAX:
+        ctx.line(f"for (int j = 0; j < {parts}; j++)")
+        ctx.line(f"    {rv} = p{i}[j] > {rv} || p{i}[j] != p{i}[j] ? p{i}[j] : {rv};")
+    else:
+        ctx.line(f"float s{i} = 0;")
+        ctx.line(f"for (int j = 0; j < {parts}; j++)")
+        ctx.line(f"    s{i} += p{i}[j];")
+        ctx.line(f"{rv} += s{i};")
+    ctx.close()
+
+
+def _par_reduce_kernel(name: str, kind: str) -> Kernel:
+    return Kernel(
+        name=name,
+        kind=kind,
+        applies=_par_reduce_applies,
+        memory=_row_memory,
+        cost=_par_reduce_cost,
+        emit=_par_reduce_emit,
+    )
+
+
+#: One long row's max or sum split across threads (chunks as the online denominator's).
+ROW_MAX_PARALLEL = _par_reduce_kernel("RowMaxParallel", MAX)
+ROW_SUM_PARALLEL = _par_reduce_kernel("RowSumParallel", SUM)
+
 # ---- FillNegInf -------------------------------------------------------------------------
 
 
@@ -999,6 +1067,8 @@ ROW_KERNELS: tuple[Kernel, ...] = (
     ROW_SOFTMAX_CHUNKED,
     ROW_MAX,
     ROW_SUM,
+    ROW_MAX_PARALLEL,
+    ROW_SUM_PARALLEL,
     ROW_SOFTMAX_DENOM,
     ROW_SOFTMAX_UNSCALED,
     ROW_SOFTMAX_ONLINE,

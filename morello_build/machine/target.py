@@ -33,6 +33,10 @@ class Tuning:
     fast_dpbf16: bool = False
     #: The streaming matrix-vector loop prefetches B rows ahead in software (code only).
     stream_prefetch: bool = True
+    #: A parallel loop's start-up and per-iteration cost when measured on this
+    #: microarchitecture (benchmarks/par_setup.py); None keeps the ISA's.
+    par_setup: int | None = None
+    par_per_iter: int | None = None
 
 
 #: Tunings by name, the default first.
@@ -40,7 +44,9 @@ TUNINGS: dict[str, Tuning] = {
     t.name: t
     for t in (
         Tuning("generic"),
-        Tuning("zen3", stream_prefetch=False),
+        # a warm OpenMP fork and join: 0.7-2.8 us = 9k-38k units (docs/cost-model.md,
+        # "Parallel loops"); the reference's 230k is ~18 us
+        Tuning("zen3", stream_prefetch=False, par_setup=36_000, par_per_iter=20),
         Tuning("zen4", fast_dpbf16=True, stream_prefetch=False),
         Tuning("zen5", fast_dpbf16=True),
     )
@@ -127,14 +133,15 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
     rec = ISA.get(isa)
     if rec is None:
         raise SpecError(f"unknown target {name!r}; expected native, {', '.join(ISAS)}")
+    tuning = TUNINGS[tune if rec.vector_bytes else "generic"]
     return Target(
         isa=rec.name,
         vector_bytes=rec.vector_bytes,
         max_limits=rec.max_limits,
         hit_cost=rec.hit_cost,
-        par_setup=rec.par_setup,
-        par_per_iter=rec.par_per_iter,
+        par_setup=rec.par_setup if tuning.par_setup is None else tuning.par_setup,
+        par_per_iter=rec.par_per_iter if tuning.par_per_iter is None else tuning.par_per_iter,
         processors=max(1, threads),
         register_rows=rec.register_rows,
-        tune=tune if rec.vector_bytes else "generic",
+        tune=tuning.name,
     )

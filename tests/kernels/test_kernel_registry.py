@@ -75,13 +75,15 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("avx2", "generic", "Sum(2x64, f32:GL:row, f32:GL:row, serial)", {"RowSum"}),
 ]
 
-#: Kernels of softmax forms the DP does not choose on one thread (the online and recompute
-#: forms, the thread-split denominator); tests/kernels/test_rows.py verifies each.
+#: Kernels the DP does not choose on one thread (the online and recompute softmax forms,
+#: the thread-split denominator and reductions); tests/kernels/test_rows.py verifies each.
 FORCED_FORMS = {
     "RowSoftmaxDenominatorAndMax",
     "RowSoftmaxDenominator",
     "RowSoftmaxComplete",
     "RowSoftmaxDenominatorAndMaxParallel",
+    "RowMaxParallel",
+    "RowSumParallel",
 }
 
 

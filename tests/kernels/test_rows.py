@@ -17,6 +17,7 @@ from morello_build.api import row_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.row_reference import hard_rows, softmax_reference
 from morello_build.harness.verify import IsaUnavailable, check_rows, verify_kernel
+from morello_build.impl.nodes import Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import USER_ROW_KINDS
@@ -164,6 +165,45 @@ def test_a_long_row_on_two_threads_splits_its_denominator_across_them() -> None:
     kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
     assert "RowSoftmaxDenominatorAndMaxParallel" in kernels, kernels
     verify_with_each_compiler(_kernel("softmax", 1, 1 << 19, "f32", "avx2", threads=2), "split")
+
+
+@pytest.mark.parametrize("kind", ["max", "sum"])
+def test_a_long_row_on_two_threads_reduces_its_chunks_across_them(kind: str) -> None:
+    """One row of 2^19 + 100 (a short last chunk, a scalar tail): 16 chunks reduced on the
+    threads and merged in order; checked against numpy, a NaN in run 0's row included."""
+    n = (1 << 19) + 100
+    syn = synthesize(row_spec_text(kind, 1, n, threads=2), "avx2", threads=2, use_cache=False)
+    kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
+    assert f"Row{kind.title()}Parallel" in kernels, kernels
+    verify_with_each_compiler(_kernel(kind, 1, n, "f32", "avx2", threads=2), f"split {kind}")
+
+
+@pytest.mark.parametrize("kind", ["max", "sum"])
+def test_a_megabyte_of_rows_runs_on_both_threads_at_zen3s_fork_cost(kind: str) -> None:
+    """zen3's measured fork and join (36k units, benchmarks/par_setup.py) pays for itself
+    on 32 rows of 8192 (1 MiB): the rows are split across the threads; the reference's
+    230k kept them on one. Checked against numpy."""
+    text = row_spec_text(kind, 32, 8192, threads=2)
+    for tune, parallel in (("zen3", True), ("generic", False)):
+        syn = synthesize(text, "avx2", threads=2, tune=tune, use_cache=False)
+        loops = [n for n in iter_nodes(syn.impl) if isinstance(n, Loop)]
+        assert any(n.parallel for n in loops) == parallel, (tune, [n.action for n in loops])
+    k = synthesize_kernel(
+        text, name="mb_rows", target="avx2", use_cache=False, threads=2, tune="zen3"
+    ).kernel
+    verify_with_each_compiler(k, f"{kind} 32x8192 on 2 threads")
+
+
+def test_checker_catches_a_parallel_max_that_drops_a_nan_chunk() -> None:
+    k = _kernel("max", 1, 1 << 19, "f32", "avx2", threads=2)
+    merge = " || p0[j] != p0[j]"
+    assert merge in k.c_source, k.c_source
+    bad = dataclasses.replace(k, c_source=k.c_source.replace(merge, ""))
+    try:
+        r = verify_kernel(bad)
+    except IsaUnavailable as exc:
+        pytest.skip(str(exc))
+    assert not r.ok and "wrong" in r.details
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
