@@ -167,15 +167,17 @@ def test_a_long_row_on_two_threads_splits_its_denominator_across_them() -> None:
     verify_with_each_compiler(_kernel("softmax", 1, 1 << 19, "f32", "avx2", threads=2), "split")
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("kind", ["max", "sum"])
-def test_a_long_row_on_two_threads_reduces_its_chunks_across_them(kind: str) -> None:
+def test_a_long_row_on_two_threads_reduces_its_chunks_across_them(kind: str, dtype: str) -> None:
     """One row of 2^19 + 100 (a short last chunk, a scalar tail): 16 chunks reduced on the
     threads and merged in order; checked against numpy, a NaN in run 0's row included."""
     n = (1 << 19) + 100
-    syn = synthesize(row_spec_text(kind, 1, n, threads=2), "avx2", threads=2, use_cache=False)
-    kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
+    text = row_spec_text(kind, 1, n, dtype=dtype, threads=2)
+    syn = synthesize(text, "avx2", threads=2, use_cache=False)
+    kernels = {node.name for node in iter_nodes(syn.impl) if hasattr(node, "name")}
     assert f"Row{kind.title()}Parallel" in kernels, kernels
-    verify_with_each_compiler(_kernel(kind, 1, n, "f32", "avx2", threads=2), f"split {kind}")
+    verify_with_each_compiler(_kernel(kind, 1, n, dtype, "avx2", threads=2), f"split {kind}")
 
 
 @pytest.mark.parametrize("kind", ["max", "sum"])
