@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from morello_build.harness.compile import CompilerNotFound, find_compiler
+
 _C = r"""
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -107,21 +109,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--samples", type=int, default=31, help="batches (default 31)")
-    parser.add_argument("--cc", default="gcc", help="C compiler (default gcc)")
+    parser.add_argument("--cc", default=None, help="C compiler (default $CC, else gcc)")
     args = parser.parse_args(argv)
     if args.threads < 2:
         parser.error("--threads must be at least 2")
     if not 1 <= args.samples <= 1000:
         parser.error("--samples must be 1..1000")
+    try:
+        cc = find_compiler(args.cc).path
+    except CompilerNotFound as e:
+        print(f"par_setup.py: {e}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp, "par.c"), Path(tmp, "par")
         src.write_text(_C)
-        cmd = [args.cc, "-O3", "-mavx2", "-mfma", "-fopenmp", str(src), "-o", str(exe)]
+        cmd = [cc, "-O3", "-mavx2", "-mfma", "-fopenmp", str(src), "-o", str(exe)]
         try:
             subprocess.run(cmd, check=True, capture_output=True, text=True)
         except (OSError, subprocess.CalledProcessError) as e:
             err = getattr(e, "stderr", "") or str(e)
-            print(f"par_setup.py: cannot build the probe with {args.cc}: {err}", file=sys.stderr)
+            print(f"par_setup.py: cannot build the probe with {cc}: {err}", file=sys.stderr)
             return 1
         out = subprocess.run(
             [str(exe), str(args.threads), str(args.samples)],
@@ -133,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     fma, first, fork, many, woken = map(float, out)
     units_per_ns = 2 * fma
     per_iter = (many - fork) / 63  # each thread ran 63 more iterations
-    print(f"{args.cc}, {args.threads} threads, medians of {args.samples} batches")
+    print(f"{Path(cc).name}, {args.threads} threads, medians of {args.samples} batches")
     print(f"FMA rate: {fma:.2f} 256-bit FMAs/ns -> {units_per_ns:.2f} units/ns")
     rows = [
         ("warm region start + join", fork),

@@ -892,22 +892,37 @@ def _chunks(n: int, parts: int) -> tuple[int, int]:
     return k, n - k * (parts - 1)
 
 
-def _par_online_applies(s: LogicalSpec, t: Target) -> bool:
-    if s.serial or s.accum or t.processors < 2 or s.shape[1] < MIN_PARALLEL_ROW:
+def _splits_across_threads(s: LogicalSpec, t: Target) -> bool:
+    """One long row that may run threads, on a target that has them: PARALLEL_ROW_PARTS
+    chunks, the last not empty."""
+    if s.serial or t.processors < 2 or s.shape[1] < MIN_PARALLEL_ROW:
         return False
     _, last = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
     return last > 0 and _one_row(s)
 
 
+def _split_row_cost(s: LogicalSpec, t: Target) -> int:
+    """The threads' start-up and each thread's share of the chunks' vector work."""
+    k, _ = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
+    rounds = -(-PARALLEL_ROW_PARTS // t.processors)
+    return t.par_setup + t.par_per_iter * rounds + _compute_cost(s, k, t) * rounds
+
+
+def _chunk_args(ptr: str, n: int) -> str:
+    """C arguments (pointer, length) of chunk `j` of a row of `n` at `ptr`."""
+    k, last = _chunks(n, PARALLEL_ROW_PARTS)
+    return f"{ptr} + (int64_t)j * {k}, j == {PARALLEL_ROW_PARTS - 1} ? {last} : {k}"
+
+
+def _par_online_applies(s: LogicalSpec, t: Target) -> bool:
+    return not s.accum and _splits_across_threads(s, t)
+
+
 def _par_online_cost(s: LogicalSpec, t: Target) -> int:
     """Each thread's share of the chunks' online passes, the threads' start-up, then the
     merge (two exps per chunk)."""
-    k, _ = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
-    rounds = -(-PARALLEL_ROW_PARTS // t.processors)
     return (
-        t.par_setup
-        + t.par_per_iter * rounds
-        + _compute_cost(s, k, t) * rounds
+        _split_row_cost(s, t)
         + 2 * io_cost(s, t) // t.processors  # each thread reads its chunks twice
         + 2 * PARALLEL_ROW_PARTS * EXP_VECTOR_COST
     )
@@ -917,9 +932,7 @@ def _par_online_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     """Chunks' (max, denominator) pairs on the threads (OpenMP), then merged in order, so
     the result does not depend on the thread count."""
     x, m, d = views
-    n = spec.shape[1]
     parts = PARALLEL_ROW_PARTS
-    k, last = _chunks(n, parts)
     fn = _row_fn(ctx, "online", spec.operands[0].dtype)
     ex = _use_math(ctx, "expm", None)
     ptr = _pointer(ctx, x, spec.text())
@@ -931,9 +944,7 @@ def _par_online_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     ctx.open(f"for (int j = 0; j < {parts}; j++) {{")
     ctx.line(f"pm{i}[j] = -__builtin_inff();")
     ctx.line(f"pd{i}[j] = 0;")
-    ctx.line(
-        f"{fn}({ptr} + (int64_t)j * {k}, j == {parts - 1} ? {last} : {k}, &pm{i}[j], &pd{i}[j]);"
-    )
+    ctx.line(f"{fn}({_chunk_args(ptr, spec.shape[1])}, &pm{i}[j], &pd{i}[j]);")
     ctx.close()
     ctx.line(f"{mv} = -__builtin_inff();")
     ctx.line(f"{dv} = 0;")
@@ -962,20 +973,13 @@ ROW_SOFTMAX_ONLINE_PARALLEL = Kernel(
 
 
 def _par_reduce_applies(s: LogicalSpec, t: Target) -> bool:
-    if s.serial or not s.accum or t.processors < 2 or s.shape[1] < MIN_PARALLEL_ROW:
-        return False
-    _, last = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
-    return last > 0 and _one_row(s)
+    return s.accum and _splits_across_threads(s, t)
 
 
 def _par_reduce_cost(s: LogicalSpec, t: Target) -> int:
     """Each thread's share of the chunks, the threads' start-up, then the merge."""
-    k, _ = _chunks(s.shape[1], PARALLEL_ROW_PARTS)
-    rounds = -(-PARALLEL_ROW_PARTS // t.processors)
     return (
-        t.par_setup
-        + t.par_per_iter * rounds
-        + _compute_cost(s, k, t) * rounds
+        _split_row_cost(s, t)
         + io_cost(s, t) // t.processors
         + PARALLEL_ROW_PARTS * SIMPLE_VECTOR_COST
     )
@@ -986,14 +990,11 @@ def _par_reduce_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> No
     output, so the result does not depend on the thread count. A NaN chunk makes the max
     NaN, as the one-thread kernel's does."""
     x, r = views
-    n = spec.shape[1]
     parts = PARALLEL_ROW_PARTS
-    k, last = _chunks(n, parts)
     fn = _row_fn(ctx, spec.kind, spec.operands[0].dtype)
-    ptr = _pointer(ctx, x, spec.text())
     rv = _value(ctx, r)
     i = ctx.fresh()
-    chunk = f"{ptr} + (int64_t)j * {k}, j == {parts - 1} ? {last} : {k}"
+    chunk = _chunk_args(_pointer(ctx, x, spec.text()), spec.shape[1])
     ctx.open("{")
     ctx.line(f"float p{i}[{parts}];")
     ctx.line("#pragma omp parallel for schedule(static)")
