@@ -59,11 +59,15 @@ def core_extensions() -> list[Extension]:
     except ImportError as exc:
         return skipped(f"mypyc not available: {exc}")
     paths = [os.path.join(*m.split(".")) + ".py" for m in core_modules()]
+    # -O1, no debug info, one C file per module (compiled in parallel by BuildCore): the
+    # compile went from 64 s to 32 s on 2 cores with the same search speed as -O3 in one
+    # file (docs/internals.md, "Compiled search core").
+    options = {"opt_level": "1", "debug_level": "0", "multi_file": True}
     try:
         try:
-            exts = mypycify(paths, opt_level="3", group_name="morello_build_core")
+            exts = mypycify(paths, group_name="morello_build_core", **options)
         except TypeError:  # older mypy (1.13) has no group_name: the library gets a hash
-            exts = mypycify(paths, opt_level="3")
+            exts = mypycify(paths, **options)
     except (Exception, SystemExit) as exc:  # mypyc exits on type errors
         return skipped(f"mypyc failed: {type(exc).__name__}: {exc}")
     for ext in exts:
@@ -84,8 +88,17 @@ class BuildCore(build_ext):
 
     def build_extensions(self) -> None:
         self.check_extensions_list(self.extensions)
-        # The shared library (one large C file) and the small per-module shims, side by side.
-        jobs = max(1, min(len(self.extensions), os.cpu_count() or 1))
+        # The shared library (a C file per module) and the small per-module shims, side by
+        # side, and the shared library's C files in parallel too.
+        jobs = max(1, os.cpu_count() or 1)
+        compile_one_by_one = self.compiler.compile
+
+        def compile_in_parallel(sources: list[str], *args: object, **kwargs: object) -> list[str]:
+            with ThreadPoolExecutor(jobs) as files:
+                done = files.map(lambda src: compile_one_by_one([src], *args, **kwargs), sources)
+                return [obj for objs in done for obj in objs]
+
+        self.compiler.compile = compile_in_parallel  # type: ignore[method-assign]
         try:
             with ThreadPoolExecutor(jobs) as pool:
                 list(pool.map(self.build_extension, self.extensions))
