@@ -311,8 +311,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         status = "OK" if r.ok else "MISMATCH"
         print(
             f"{res.kernel.spec_text} [{res.kernel.abi.isa}{tuned}, {cc}]: {status}  "
-            f"max abs err {r.max_abs_err:.3g}, max rel err {r.max_rel_err:.3g} "
-            f"(tolerance {r.tolerance:.3g})"
+            f"max abs err {r.max_abs_err:.3g}, {r.error_text()}"
+            + ("" if r.of_bound else f" (tolerance {r.tolerance:.3g})")
         )
         if not r.ok:
             print(f"  {r.details}")

@@ -211,6 +211,15 @@ class VerifyResult:
     tolerance: float  # 0.0 means exact
     compiler: str
     details: str
+    #: Row operations: `max_rel_err` is the worst error as a fraction of its own bound.
+    of_bound: bool = False
+
+    def error_text(self) -> str:
+        """The worst error in words: a relative error means something else for a matmul
+        (error / (|A||B| + |C0|)) than for a row operation (error / its bound)."""
+        if self.of_bound:
+            return f"worst error {self.max_rel_err:.0%} of its bound"
+        return f"max rel err {self.max_rel_err:.1e}"
 
 
 def _check_operand(op: OperandABI) -> None:
@@ -424,7 +433,7 @@ def verify_kernel(
         tol = 1.0  # errors are reported as fractions of their bounds
 
     def failed(why: str) -> VerifyResult:
-        return VerifyResult(False, float("inf"), float("inf"), tol, cc.name, why)
+        return VerifyResult(False, float("inf"), float("inf"), tol, cc.name, why, row_op)
 
     with _built(kernel, cc, extra_flags) as lib_path:
         if not host_supports(abi.isa):
@@ -481,6 +490,7 @@ def verify_kernel(
                     tol,
                     cc.name,
                     f"run {run} ({what}{sentinel}): {msg}",
+                    row_op,
                 )
     if row_op:
         rule = "error / bound <= 1, bounds of harness/row_reference.py"
@@ -496,4 +506,5 @@ def verify_kernel(
         tol,
         cc.name,
         f"{abi.op} {abi.name}: 2 runs with seed {seed} match numpy ({rule})",
+        row_op,
     )

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import morello_build
 from morello_build.codegen.abi import GeneratedKernel, KernelABI
@@ -28,6 +28,9 @@ from morello_build.integration.config import (
     isa_ident,
 )
 from morello_build.machine import isa as isa_mod
+
+if TYPE_CHECKING:
+    from morello_build.harness.verify import VerifyResult
 
 COMBINED_HEADER = "morello_kernels.h"
 MANIFEST = "manifest.json"
@@ -172,8 +175,8 @@ def _is_row(order: tuple[int, ...]) -> bool:
 
 def _verify(
     kernel: GeneratedKernel, isa: str, compiler: str | None = None
-) -> tuple[str, float | None]:
-    """Check against numpy when this machine can execute `isa`: (status, max rel err).
+) -> tuple[str, VerifyResult | None]:
+    """Check against numpy when this machine can execute `isa`: (status, the result).
 
     `compiler` builds the check (CMake passes the project's C compiler; None: $CC or gcc).
     """
@@ -198,16 +201,16 @@ def _verify(
             f"max abs err {result.max_abs_err:.3g}, max rel err {result.max_rel_err:.3g} "
             f"(tolerance {result.tolerance:.3g}){'; ' + detail if detail else ''}"
         )
-    return isa, float(result.max_rel_err)
+    return isa, result
 
 
-def _verify_summary(results: Sequence[tuple[str, float | None]]) -> str:
-    ok = [(isa, err) for isa, err in results if err is not None]
-    notes = [status for status, err in results if err is None]
+def _verify_summary(results: Sequence[tuple[str, VerifyResult | None]]) -> str:
+    ok = [(isa, r) for isa, r in results if r is not None]
+    notes = [status for status, r in results if r is None]
     parts = []
     if ok:
-        worst = max(err for _, err in ok)
-        parts.append(f"verified {', '.join(i for i, _ in ok)} (max rel err {worst:.1e})")
+        worst = max((r for _, r in ok), key=lambda r: r.max_rel_err)
+        parts.append(f"verified {', '.join(i for i, _ in ok)} ({worst.error_text()})")
     parts += list(dict.fromkeys(notes))
     return "; " + "; ".join(parts) if parts else ""
 
@@ -263,7 +266,7 @@ def _produce(
     total_solved = 0
     total_seconds = 0.0
     all_hit = True
-    verified: list[tuple[str, float | None]] = []
+    verified: list[tuple[str, VerifyResult | None]] = []
     multi = len(req.isas) > 1
     for isa in req.isas:
         fn = dispatch.variant_name(req.name, isa) if multi else req.name

@@ -237,3 +237,28 @@ def test_openmp_kernel_gets_fopenmp() -> None:
     assert verify_mod.kernel_compile_flags(omp)[-1] == "-fopenmp"
     res = verify_kernel(omp, compiler="gcc")  # clang needs libomp, which may be absent
     assert res.ok, res.details
+
+
+def test_error_is_reported_in_the_units_it_was_checked_in() -> None:
+    """A matmul's error is relative to |A||B|; a row operation's is a share of its own
+    bound, which must not read as a 20% relative error."""
+    from morello_build.api import matmul_spec_text, row_spec_text, synthesize_kernel
+    from morello_build.integration.generate import _verify_summary
+
+    def kernel(text: str, name: str) -> GeneratedKernel:
+        return synthesize_kernel(text, name=name, target="x86-64", use_cache=False).kernel
+
+    mm = kernel(matmul_spec_text(1, 4, 8, 8), "mm")
+    sm = kernel(row_spec_text("softmax", 4, 64), "sm")
+    r_mm, r_sm = verify_kernel(mm), verify_kernel(sm)
+    assert r_mm.ok and r_sm.ok
+    assert not r_mm.of_bound and r_mm.error_text().startswith("max rel err ")
+    assert r_sm.of_bound and r_sm.error_text().endswith("% of its bound")
+    assert 0.0 < r_sm.max_rel_err <= 1.0
+    summary = _verify_summary(
+        [("x86-64", r_sm), ("avx512 not verified (not supported here)", None)]
+    )
+    assert summary == (
+        f"; verified x86-64 (worst error {r_sm.max_rel_err:.0%} of its bound)"
+        "; avx512 not verified (not supported here)"
+    )
