@@ -47,8 +47,10 @@ synthesis fast (each pruning is a documented choice, not a limitation of the mod
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TypeVar, cast
 
+from morello_build.actions import move as move_mod
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action, Plan
 from morello_build.actions.move import Move
@@ -61,7 +63,7 @@ from morello_build.actions.rows import (
     ToMaxAndDenominator,
 )
 from morello_build.actions.select import Select
-from morello_build.actions.tile import Split, TileOut
+from morello_build.actions.tile import Split, TileOut, boundary_regions
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import WIDENINGS, Dtype
 from morello_build.ir.levels import MOVE_DESTINATIONS, Level
@@ -74,6 +76,7 @@ from morello_build.ir.spec import (
     SOFTMAX,
     SOFTMAX_DENOM_MAX,
     LogicalSpec,
+    dim_maps,
     intern,
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
@@ -91,8 +94,9 @@ ActionPlans = tuple[tuple[Action, Plan], ...]
 _CACHE: dict[Target, dict[int, tuple[LogicalSpec, ActionPlans]]] = {}
 
 
-# Equal actions and equal coefficient or `own` tuples of different Specs' plans, kept as one
-# object each: most recur across thousands of Specs (peak RSS: docs/performance.md).
+# Equal coefficient or `own` tuples of different Specs' plans, kept as one object each: most
+# recur across thousands of Specs (peak RSS: docs/performance.md). Actions are already one
+# object each: they come from the per-operand and per-shape caches below.
 _SHARED: dict[object, object] = {}
 
 
@@ -123,7 +127,7 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
             if p is not None:
                 children = tuple(map(intern, p.children))
                 plan = Plan(children, _shared(p.coefs), p.const, _shared(p.own))
-                out.append((_shared(a), plan))
+                out.append((a, plan))  # one object per action already (`_operand_moves`)
         found = (spec, tuple(out))
         cache[id(spec)] = found
     return found[1]
@@ -132,6 +136,10 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
 def clear_cache() -> None:
     _CACHE.clear()
     _SHARED.clear()
+    _operand_moves.cache_clear()
+    _shape_tilings.cache_clear()
+    move_mod.clear_caches()
+    boundary_regions.cache_clear()
 
 
 def cached_specs() -> int:
@@ -191,7 +199,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     tiles = amx_tileable(spec, target)
     dp_tiles = dpbf16_tileable(spec, target)
     for i in range(len(spec.operands)):
-        moves = _moves(spec, i, target)
+        moves: Sequence[Action] = _moves(spec, i, target)
         if spec.kind == MATMUL and not spec.accum and i != spec.output_index and not tiles:
             # Inputs of a non-accumulating Matmul get only cache views (no copies), so a
             # view can be hoisted above the zero-then-accumulate split. A one-thread
@@ -203,7 +211,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if tiles or dp_tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
         acts.extend(moves)
-    tilings = _tilings(spec, target)
+    tilings: Sequence[Action] = _tilings(spec, target)
     if tiles:
         tilings = [a for a in tilings if isinstance(a, TileOut) and _whole_tiles(a.shape)]
     if dp_tiles:
@@ -257,28 +265,37 @@ def _pow2_below(n: int) -> list[int]:
     return out
 
 
-def _tilings(spec: LogicalSpec, target: Target) -> list[Action]:
-    out_dims = spec.dim_maps()[spec.output_index]
-    biggest = max(spec.shape[d] for d in out_dims)
+def _tilings(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
+    return _shape_tilings(spec.kind, spec.shape, spec.output_index, spec.serial, target)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shape_tilings(
+    kind: str, shape: tuple[int, ...], output_index: int, serial: bool, target: Target
+) -> tuple[Action, ...]:
+    """Output tilings of a `kind` Spec of `shape`: listed once per shape (see
+    `_operand_moves`)."""
+    out_dims = dim_maps(kind, len(shape))[output_index]
+    biggest = max(shape[d] for d in out_dims)
     sizes = _pow2_below(biggest) + [biggest]
-    rows = spec.kind == MATMUL and len(spec.shape) == 4
+    rows = kind == MATMUL and len(shape) == 4
     extra = [r for r in target.register_rows if r < biggest and r not in sizes] if rows else []
     acts: list[Action] = []
     for size in sizes + extra:
         for d in out_dims:
             if size in extra and d != 1:
                 continue  # register-filling heights tile only the rows (m)
-            if size < spec.shape[d]:
-                shape = list(spec.shape)
-                shape[d] = size
-                acts.append(TileOut(tuple(shape)))
-    if not spec.serial and target.processors > 1:
+            if size < shape[d]:
+                tile = list(shape)
+                tile[d] = size
+                acts.append(TileOut(tuple(tile)))
+    if not serial and target.processors > 1:
         for d in out_dims:
-            for size in _pow2_below(spec.shape[d]):
-                shape = list(spec.shape)
-                shape[d] = size
-                acts.append(TileOut(tuple(shape), parallel=True))
-    return acts
+            for size in _pow2_below(shape[d]):
+                tile = list(shape)
+                tile[d] = size
+                acts.append(TileOut(tuple(tile), parallel=True))
+    return tuple(acts)
 
 
 def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target) -> int | None:
@@ -314,9 +331,7 @@ def _vector_size(t: TensorSpec, dtype: Dtype, layout: lay.Layout, target: Target
     return None
 
 
-def _relayouts(
-    spec: LogicalSpec, i: int, t: TensorSpec, level: Level, target: Target
-) -> list[lay.Layout]:
+def _relayouts(i: int, t: TensorSpec, level: Level, target: Target) -> list[lay.Layout]:
     """Layouts worth copying a Matmul input into.
 
     A dense row-major copy of a strided tile (into L1), and for B (rhs) N-panels
@@ -352,14 +367,24 @@ def _is_plain(layout: lay.Layout) -> bool:
     return all(d.kind == lay.DYN for d in layout.dims)
 
 
-def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
-    t = spec.operands[i]
+def _moves(spec: LogicalSpec, i: int, target: Target) -> tuple[Action, ...]:
     role = spec.roles()[i]
     is_matmul_input = spec.kind == MATMUL and role == IN
     # The rhs is reused inside this Spec only if m > 1. A memory copy of a single-use
     # rhs (relayout or widening into GL/L1) reads every value once more than reading it
     # in place. (The lhs is small in the shapes where this matters, so it keeps its copies.)
     copy_pays = not is_matmul_input or i == 0 or spec.shape[1] > 1
+    return _operand_moves(spec.kind, role, i, spec.operands[i], copy_pays, target)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _operand_moves(
+    kind: str, role: str, i: int, t: TensorSpec, copy_pays: bool, target: Target
+) -> tuple[Action, ...]:
+    """The moves of operand `i` (`t`) of a `kind` Spec: they depend on nothing else of
+    the Spec, and the same operand recurs across thousands of Specs, so they are listed
+    once (cleared with the search's other tables, `clear_cache`)."""
+    is_matmul_input = kind == MATMUL and role == IN
     dtypes = [t.dtype] + (list(WIDENINGS.get(t.dtype, ())) if role == IN else [])
     acts: list[Action] = []
     for level in MOVE_DESTINATIONS[t.level]:
@@ -379,7 +404,7 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                 if t.volume == 1:
                     acts.append(Move(i, level, lay.EMPTY, None, dtype))
             elif level is Level.VRF:
-                if spec.kind == MATMUL and i == 0:
+                if kind == MATMUL and i == 0:
                     continue  # lhs is only ever read as broadcast scalars or dot rows
                 cands = [lay.row_major(t.shape)]
                 own = t.layout.with_full_contig()
@@ -401,10 +426,10 @@ def _moves(spec: LogicalSpec, i: int, target: Target) -> list[Action]:
                     if not (level is Level.GL and is_matmul_input and fits_l1):
                         layouts.append(wide)  # a widening copy
                 elif copy_pays and is_matmul_input:
-                    layouts.extend(_relayouts(spec, i, t, level, target))
+                    layouts.extend(_relayouts(i, t, level, target))
                 for layout in layouts:
                     acts.append(Move(i, level, layout, None, dtype))
-    return acts
+    return tuple(acts)
 
 
 #: Smallest chunk an online softmax denominator is split into: below it the per-chunk

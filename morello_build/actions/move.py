@@ -9,6 +9,7 @@ how operands get packed into panels.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
@@ -16,7 +17,7 @@ from morello_build.impl.nodes import Alloc, Impl
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
-from morello_build.ir.limits import LEVEL_COUNT
+from morello_build.ir.limits import LEVEL_COUNT, Limits
 from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical
 from morello_build.ir.tensorspec import TensorSpec, level_holds, make_tensor
 from morello_build.machine.target import Target
@@ -32,6 +33,44 @@ def move_const(src: TensorSpec, new: TensorSpec, target: Target) -> int:
     return target.move_cost(src) + target.move_cost(new)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def moved_tensor(move: Move, src: TensorSpec) -> tuple[TensorSpec, bool] | None:
+    """The tensor `move` puts operand `src` in, and whether it is a cache view (no copy).
+
+    Cached (cleared with the search's tables, `actions.enumerate.clear_cache`): it depends
+    on the operand alone, and one operand recurs across thousands of Specs."""
+    if src.level is Level.L2 and not src.layout.is_fully_contiguous:
+        # A strip of an L2 view (`tensorspec._l2_strip`) is read in place, a row at a
+        # time: as a whole it crowds a few L1 sets (no L1 view), and a copy of it
+        # (e.g. AMX's bf16 pair packing) measured slower than one from memory.
+        return None
+    if move.level.is_cache and move.dtype == src.dtype and move.layout == src.layout:
+        if not level_holds(move.level, src.layout):
+            return None
+        return src._replace(level=move.level), True
+    t = make_tensor(
+        src.shape, move.dtype, move.level, move.layout.with_full_contig(), move.vector_size
+    )
+    if t is None:
+        return None
+    return t, False
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _charges(
+    move: Move, src: TensorSpec, target: Target
+) -> tuple[TensorSpec, bool, Limits, int] | None:
+    """(new tensor, is a view, memory it takes, the move's own cost): what a plan of
+    `move` needs of operand `src`, None when the move does not apply or changes nothing."""
+    found = moved_tensor(move, src)
+    if found is None or found[0] == src:
+        return None
+    new, view = found
+    own = [0] * LEVEL_COUNT
+    own[move.level] = new.memory_units()
+    return new, view, tuple(own), move_const(src, new, target)
+
+
 @dataclass(frozen=True)
 class Move:
     operand: int
@@ -42,31 +81,14 @@ class Move:
 
     def new_tensor(self, spec: LogicalSpec) -> tuple[TensorSpec, bool] | None:
         """The introduced tensor and whether it is a cache view (no copy)."""
-        src = spec.operands[self.operand]
-        if src.level is Level.L2 and not src.layout.is_fully_contiguous:
-            # A strip of an L2 view (`tensorspec._l2_strip`) is read in place, a row at a
-            # time: as a whole it crowds a few L1 sets (no L1 view), and a copy of it
-            # (e.g. AMX's bf16 pair packing) measured slower than one from memory.
-            return None
-        if self.level.is_cache and self.dtype == src.dtype and self.layout == src.layout:
-            if not level_holds(self.level, src.layout):
-                return None
-            return src._replace(level=self.level), True
-        t = make_tensor(
-            src.shape, self.dtype, self.level, self.layout.with_full_contig(), self.vector_size
-        )
-        if t is None:
-            return None
-        return t, False
+        return moved_tensor(self, spec.operands[self.operand])
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
-        found = self.new_tensor(spec)
+        src = spec.operands[self.operand]
+        found = _charges(self, src, target)
         if found is None:
             return None
-        new, view = found
-        src = spec.operands[self.operand]
-        if new == src:
-            return None
+        new, view, own, const = found
         role = spec.roles()[self.operand]
         ops = list(spec.operands)
         ops[self.operand] = new
@@ -81,10 +103,7 @@ class Move:
             children.append(canonical(MOVE, False, src.shape, (new, src), spec.serial))
         if spec in children:
             return None  # would not make progress
-        own = [0] * LEVEL_COUNT
-        own[self.level] = new.memory_units()
-        const = move_const(src, new, target)
-        return Plan(tuple(children), (1,) * len(children), const, tuple(own))
+        return Plan(tuple(children), (1,) * len(children), const, own)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
         found = self.new_tensor(spec)
@@ -103,3 +122,9 @@ class Move:
             parts.append(f"vs={self.vector_size}")
         parts.append(self.dtype.value)
         return f"move({', '.join(parts)})"
+
+
+def clear_caches() -> None:
+    """Forget the cached move targets (they key on Specs' operands)."""
+    moved_tensor.cache_clear()
+    _charges.cache_clear()

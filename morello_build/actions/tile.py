@@ -7,6 +7,7 @@ run once after the loop (the search tiles them independently).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -44,13 +45,15 @@ def register_aligned(spec: LogicalSpec, tile: tuple[int, ...]) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def boundary_regions(
     shape: tuple[int, ...], tile: tuple[int, ...]
-) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
     """(shape, offset) of each remainder slab a `tile` leaves in `shape`, in body order.
 
     One region per non-empty subset of the ragged dims: ragged dims in the subset take
-    their remainder (at offset S - r), the others their whole tiled part.
+    their remainder (at offset S - r), the others their whole tiled part. Cached: every
+    Spec of one shape asks for the same tiles (cleared with the search's tables).
     """
     ragged = [d for d, (s, t) in enumerate(zip(shape, tile)) if s % t]
     regions = []
@@ -66,7 +69,7 @@ def boundary_regions(
                 else:
                     region[d] = shape[d] - rem
             regions.append((tuple(region), tuple(off)))
-    return regions
+    return tuple(regions)
 
 
 #: Cost per output line of a parallel loop whose threads each write a strided part of the
