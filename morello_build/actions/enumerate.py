@@ -142,6 +142,13 @@ def clear_cache() -> None:
     boundary_regions.cache_clear()
 
 
+def cached_parts() -> int:
+    """Entries of the per-operand and per-shape caches (moves, tilings, remainder slabs,
+    move targets), over all targets."""
+    caches = (_operand_moves, _shape_tilings, boundary_regions)
+    return sum(c.cache_info().currsize for c in caches) + move_mod.cache_entries()
+
+
 def cached_specs() -> int:
     """Specs whose action plans are cached, over all targets."""
     return sum(len(c) for c in _CACHE.values())

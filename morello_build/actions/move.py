@@ -128,3 +128,7 @@ def clear_caches() -> None:
     """Forget the cached move targets (they key on Specs' operands)."""
     moved_tensor.cache_clear()
     _charges.cache_clear()
+
+
+def cache_entries() -> int:
+    return moved_tensor.cache_info().currsize + _charges.cache_info().currsize

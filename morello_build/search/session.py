@@ -59,6 +59,7 @@ def cache_sizes() -> dict[str, int]:
     return {
         "interned specs": spec.interned_count(),
         "action plans": enumeration.cached_specs(),
+        "per-operand and per-shape lists": enumeration.cached_parts(),
         "tile_tensor": tensorspec.tile_tensor.cache_info().currsize,
         "action fingerprints": action_fingerprint.cache_info().currsize,
     }
