@@ -89,18 +89,18 @@ class BuildCore(build_ext):
     def build_extensions(self) -> None:
         self.check_extensions_list(self.extensions)
         # The shared library (a C file per module) and the small per-module shims, side by
-        # side, and the shared library's C files in parallel too.
+        # side; every C file goes through one pool, so at most `jobs` compilers run at once.
         jobs = max(1, os.cpu_count() or 1)
         compile_one_by_one = self.compiler.compile
+        files = ThreadPoolExecutor(jobs)
 
         def compile_in_parallel(sources: list[str], *args: object, **kwargs: object) -> list[str]:
-            with ThreadPoolExecutor(jobs) as files:
-                done = files.map(lambda src: compile_one_by_one([src], *args, **kwargs), sources)
-                return [obj for objs in done for obj in objs]
+            done = files.map(lambda src: compile_one_by_one([src], *args, **kwargs), sources)
+            return [obj for objs in done for obj in objs]
 
         self.compiler.compile = compile_in_parallel  # type: ignore[method-assign]
         try:
-            with ThreadPoolExecutor(jobs) as pool:
+            with files, ThreadPoolExecutor(jobs) as pool:
                 list(pool.map(self.build_extension, self.extensions))
         except (CCompilerError, BaseError, OSError) as exc:
             if not all(getattr(ext, "optional", False) for ext in self.extensions):
