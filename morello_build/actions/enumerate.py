@@ -53,6 +53,7 @@ from typing import TypeVar, cast
 from morello_build.actions import move as move_mod
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action, Plan
+from morello_build.actions.compose import BUFFER_LEVELS, Bufferize
 from morello_build.actions.move import Move
 from morello_build.actions.rows import (
     ONLINE,
@@ -75,7 +76,9 @@ from morello_build.ir.spec import (
     ROW_KINDS,
     SOFTMAX,
     SOFTMAX_DENOM_MAX,
+    STAGE_SEP,
     LogicalSpec,
+    compose_stages,
     dim_maps,
     intern,
 )
@@ -202,6 +205,8 @@ def _whole_tiles(shape: tuple[int, ...]) -> bool:
 def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     if spec.kind in ROW_KINDS or spec.kind == NEG_INF:
         return _row_actions(spec, target)
+    if STAGE_SEP in spec.kind:
+        return _compose_actions(spec, target)
     acts: list[Action] = []
     tiles = amx_tileable(spec, target)
     dp_tiles = dpbf16_tileable(spec, target)
@@ -285,7 +290,7 @@ def _shape_tilings(
     out_dims = dim_maps(kind, len(shape))[output_index]
     biggest = max(shape[d] for d in out_dims)
     sizes = _pow2_below(biggest) + [biggest]
-    rows = kind == MATMUL and len(shape) == 4
+    rows = len(shape) == 4 and (kind == MATMUL or kind.startswith(MATMUL + STAGE_SEP))
     extra = [r for r in target.register_rows if r < biggest and r not in sizes] if rows else []
     acts: list[Action] = []
     for size in sizes + extra:
@@ -437,6 +442,24 @@ def _operand_moves(
                 for layout in layouts:
                     acts.append(Move(i, level, layout, None, dtype))
     return tuple(acts)
+
+
+def _compose_actions(spec: LogicalSpec, target: Target) -> list[Action]:
+    """A pipeline (actions/compose.py): the cache views and B packing a non-accumulating
+    Matmul's inputs get (so they can be hoisted above the pipeline's loops), output
+    tiles, then Bufferize at each level."""
+    acts: list[Action] = []
+    stages = compose_stages(spec.kind)
+    if stages is not None and stages[0] == MATMUL:
+        for i in (0, 1):
+            t = spec.operands[i]
+            copy_pays = i == 0 or spec.shape[1] > 1
+            for m in _operand_moves(MATMUL, IN, i, t, copy_pays, target):
+                if _is_view(spec, m) or (spec.serial and _packs_rhs(m)):
+                    acts.append(m)
+    acts.extend(_tilings(spec, target))
+    acts.extend(Bufferize(level) for level in BUFFER_LEVELS)
+    return acts
 
 
 #: Smallest chunk an online softmax denominator is split into: below it the per-chunk

@@ -132,6 +132,46 @@ def index_type(impl: Impl) -> str:
 K_UNROLL = 4
 
 
+def _as_shape(view: View, shape: tuple[int, ...]) -> View:
+    """`view` as a child of a pipeline reads it: a Matmul head writes its output as
+    [1, rows, n], the rest of the pipeline reads [rows, n] (and the other way round).
+    Dims of size 1 are dropped or added where the view has them whole; the offsets of
+    the others are kept, and the buffer is viewed through an alias of the same memory."""
+    if view.shape == shape:
+        return view
+    keep = [a for a, d in enumerate(view.shape) if d != 1]
+    if [view.shape[a] for a in keep] != [d for d in shape if d != 1]:
+        raise CodegenError(f"cannot view {view.shape} as {shape}")
+    buf = view.buf
+    bkeep = [a for a, d in enumerate(buf.shape) if d != 1]
+    if (
+        buf.kind != MEM
+        or len(bkeep) != len(keep)
+        or any(view.offset[a] != Affine(0) for a in range(len(view.shape)) if a not in keep)
+    ):
+        raise CodegenError(f"cannot view {buf.name} {view.shape} as {shape}")
+    new_shape: list[int] = []
+    new_dims: list[int | None] = []
+    src = iter(zip(bkeep, keep))
+    offsets: list[Affine] = []
+    for d in shape:
+        if d == 1:
+            new_shape.append(1)
+            offsets.append(Affine(0))
+            new_dims.append(None)
+        else:
+            b, v = next(src)
+            new_shape.append(buf.shape[b])
+            offsets.append(view.offset[v])
+            new_dims.append(b)
+    # Layouts never name axes of size 1 (ir/layout.py), so only axis numbers change.
+    renumber = {b: a for a, b in enumerate(new_dims) if b is not None}
+    dims = tuple(pd._replace(axis=renumber[pd.axis]) for pd in buf.layout.dims)
+    layout = lay.Layout(dims, buf.layout.contig)
+    alias = Buffer(buf.name, buf.dtype, tuple(new_shape), layout, MEM)
+    return View(alias, tuple(offsets), shape)
+
+
 class _Emitter:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
@@ -329,7 +369,10 @@ class _Emitter:
         )
         pool = views + extra
         for child, wiring in zip(node.children, node.wiring):
-            self.node(child, tuple(pool[i] for i in wiring))
+            child_views = tuple(
+                _as_shape(pool[i], t.shape) for i, t in zip(wiring, child.spec.operands)
+            )
+            self.node(child, child_views)
         for b in bufs:
             if b.kind == MEM:
                 ctx.scope.pop()

@@ -19,6 +19,14 @@ Kinds:
   and the elementwise activations ``relu``, ``gelu_tanh``, ``gelu_erf``, ``silu``,
   ``exp`` (x, out). ``accum`` on a reduction means its reduced outputs are merged into
   (running max, added denominator) rather than overwritten.
+- pipelines (`compose_stages`): a chain of operations computed as one kernel, its kind
+  the stage kinds joined by ``+`` in data-flow order, e.g. ``matmul+add_row+gelu_erf`` for
+  ``gelu(x @ w + b)``. The head is a Matmul (spec shape ``[1, m, k, n]``, operands lhs
+  ``[1,m,k]``, rhs ``[1,k,n]``) or an elementwise row operation (spec shape ``[rows, n]``,
+  operand x); each later stage is an activation or a broadcast ``+``/``*`` of a vector
+  (one more input operand, ``[n]`` or ``[rows]``); the last operand is the output
+  ``[rows, n]`` (rows = m). Bufferize (actions/compose.py) splits one into its head and
+  the rest, through an intermediate buffer (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -127,7 +135,10 @@ def param_names(kind: str) -> tuple[str, ...]:
     if kind == MOVE:
         return ("src", "dst")
     row = ROW_KINDS.get(kind)
-    return row.params if row is not None else ("out",)
+    if row is not None:
+        return row.params
+    stages = compose_stages(kind) if STAGE_SEP in kind else None
+    return _compose_params(stages) if stages else ("out",)
 
 
 #: Row operations a user declares (the others are parts of a softmax plan).
@@ -137,6 +148,68 @@ USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS, *BROADCAST_KINDS, MAX, SUM)
 #: along the scan dim only when accumulating.
 REDUCTIONS = (MAX, SUM, SOFTMAX_DENOM_MAX, SOFTMAX_DENOM, SOFTMAX_UNSCALED)
 KINDS = (MATMUL, MOVE, ZERO, NEG_INF, *ROW_KINDS)
+
+#: Stages a pipeline may have after its head (elementwise, so tiles of the output are
+#: tiles of every stage).
+ELEMENTWISE_KINDS = (*UNARY_KINDS, *BROADCAST_KINDS)
+#: Joins the stage kinds of a pipeline's kind.
+STAGE_SEP = "+"
+
+
+def compose_kind(stages: tuple[str, ...]) -> str:
+    """The kind of the pipeline running `stages` in order (`compose_stages` inverts it)."""
+    return STAGE_SEP.join(stages)
+
+
+_STAGES: dict[str, tuple[str, ...] | None] = {}
+
+
+def compose_stages(kind: str) -> tuple[str, ...] | None:
+    """The stage kinds of a pipeline kind, head first; None for any other kind (or a
+    malformed one: fewer than two stages, a head that is neither Matmul nor elementwise,
+    a later stage that is not elementwise)."""
+    found = _STAGES.get(kind, ())
+    if found != ():
+        return found
+    stages: tuple[str, ...] | None = tuple(kind.split(STAGE_SEP))
+    assert stages is not None
+    if (
+        len(stages) < 2
+        or (stages[0] != MATMUL and stages[0] not in ELEMENTWISE_KINDS)
+        or any(k not in ELEMENTWISE_KINDS for k in stages[1:])
+    ):
+        stages = None
+    _STAGES[kind] = stages
+    return stages
+
+
+def is_compose(kind: str) -> bool:
+    return STAGE_SEP in kind and compose_stages(kind) is not None
+
+
+def _compose_dims(stages: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """Spec dims of a pipeline's operands: the head's inputs, one vector per broadcast
+    stage, the output [rows, n]."""
+    mm = stages[0] == MATMUL
+    rows, cols = (1, 3) if mm else (0, 1)
+    dims: list[tuple[int, ...]] = [(0, 1, 2), (0, 2, 3)] if mm else [(0, 1)]
+    for k in stages:
+        if k in BROADCAST_KINDS:
+            dims.append((cols,) if _BROADCAST[k][1] == (1,) else (rows,))
+    dims.append((rows, cols))
+    return tuple(dims)
+
+
+def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
+    vectors = sum(k in BROADCAST_KINDS for k in stages)
+    names = ("b",) if vectors == 1 else tuple(f"b{i + 1}" for i in range(vectors))
+    head = ("lhs", "rhs") if stages[0] == MATMUL else ("x",)
+    return (*head, *names, "out")
+
+
+def stage_name(kind: str) -> str:
+    """The display name of one stage kind (``Matmul``, ``AddRow``, ``GeluErf``)."""
+    return "Matmul" if kind == MATMUL else ROW_KINDS[kind].name
 
 
 class LogicalSpec(NamedTuple):
@@ -163,6 +236,8 @@ class LogicalSpec(NamedTuple):
         if row is not None:
             acc = INOUT if self.accum else OUT
             return tuple(acc if r == ACC else r for r in row.roles)
+        if STAGE_SEP in self.kind:
+            return (IN,) * (len(self.operands) - 1) + (OUT,)
         return (OUT,)
 
     def dim_maps(self) -> tuple[tuple[int, ...], ...]:
@@ -181,6 +256,11 @@ class LogicalSpec(NamedTuple):
             return 5 * self.volume
         if self.kind in UNARY_KINDS or self.kind in BROADCAST_KINDS:
             return self.volume
+        stages = compose_stages(self.kind) if STAGE_SEP in self.kind else None
+        if stages:
+            out = math.prod(self.operands[-1].shape)
+            head = 2 * self.volume if stages[0] == MATMUL else out
+            return head + out * (len(stages) - 1)
         return 0
 
     def name(self) -> str:
@@ -191,6 +271,9 @@ class LogicalSpec(NamedTuple):
             return row.accum_name if self.accum and row.accum_name else row.name
         if self.kind == NEG_INF:
             return "FillNegInf"
+        stages = compose_stages(self.kind) if STAGE_SEP in self.kind else None
+        if stages:
+            return f"Compose[{','.join(stage_name(k) for k in stages)}]"
         return "Move" if self.kind == MOVE else "Zero"
 
     def text(self) -> str:
@@ -247,6 +330,8 @@ def dim_maps(kind: str, rank: int) -> tuple[tuple[int, ...], ...]:
             found = ((0, 1, 2), (0, 2, 3), (0, 1, 3))
         elif kind in ROW_KINDS:
             found = ROW_KINDS[kind].dims
+        elif STAGE_SEP in kind and (stages := compose_stages(kind)):
+            found = _compose_dims(stages)
         elif kind == MOVE:
             found = (ident, ident)
         else:

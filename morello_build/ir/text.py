@@ -4,6 +4,7 @@
     MatmulAccum(1x8x1x32, f32:L1:[1,2]c1, f32:VRF:row:16, f32:VRF:row:16)
     Move(64x64, f32:GL:row, f32:GL:[1,0,1p16])
     Zero(64x64, f32:GL:row)
+    Compose[Matmul,AddRow,GeluErf](1x64x768x3072, f32:GL:row, f32:GL:row, f32:GL:row, f32:GL:row)
 
 Operands are ``dtype:LEVEL[:layout][:vector_size]``; layouts are ``row``, ``col`` or an
 explicit physical-dim list (see `morello_build.ir.layout.parse_layout`). A trailing
@@ -40,6 +41,27 @@ MATMUL_DTYPES: tuple[tuple[Dtype, Dtype, Dtype], ...] = (
 )
 
 _VECTOR_BYTES = (16, 32, 64)
+
+#: Stage display names (``AddRow``, lower-cased) -> kinds, for ``Compose[...]`` names.
+_STAGE_NAMES = {sp.stage_name(k).lower(): k for k in (sp.MATMUL, *sp.ELEMENTWISE_KINDS)}
+
+
+def _compose_kind(name: str) -> str:
+    """The pipeline kind a ``Compose[Matmul,AddRow,...]`` name spells."""
+    stages = []
+    for part in name[len("compose[") : -1].split(","):
+        kind = _STAGE_NAMES.get(part.strip().lower())
+        if kind is None:
+            known = ", ".join(sp.stage_name(k) for k in _STAGE_NAMES.values())
+            raise SpecError(f"{name}: unknown stage {part.strip()!r}; expected one of {known}")
+        stages.append(kind)
+    kind = sp.compose_kind(tuple(stages))
+    if sp.compose_stages(kind) is None:
+        raise SpecError(
+            f"{name}: a pipeline is a Matmul or elementwise head, then at least one "
+            "elementwise stage (an activation or a broadcast add/multiply)"
+        )
+    return kind
 
 
 def _split_top(text: str) -> list[str]:
@@ -129,19 +151,22 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
 
 def parse_spec(text: str) -> sp.LogicalSpec:
     """Parse the text form; raises SpecError with a message naming what is wrong."""
-    m = re.fullmatch(r"\s*([A-Za-z]+)\s*\((.*)\)\s*", text, flags=re.S)
+    m = re.fullmatch(r"\s*([A-Za-z]+(?:\[[A-Za-z, ]*\])?)\s*\((.*)\)\s*", text, flags=re.S)
     if not m:
         raise SpecError(
             f"malformed spec {text!r}; expected e.g. "
             "'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)'"
         )
     name, body = m.group(1), m.group(2)
-    if name.lower() not in _NAMES:
+    if name.lower().startswith("compose["):
+        kind, accum = _compose_kind(name), False
+    elif name.lower() not in _NAMES:
         raise SpecError(
             f"unknown spec kind {name!r}; expected Matmul, MatmulAccum, Move, Zero, "
             "Softmax, Max, Relu, GeluTanh, GeluErf, Silu, Exp (or a softmax part)"
         )
-    kind, accum = _NAMES[name.lower()]
+    else:
+        kind, accum = _NAMES[name.lower()]
     parts = _split_top(body)
     serial = False
     if parts and parts[-1].lower() == "serial":
@@ -150,12 +175,16 @@ def parse_spec(text: str) -> sp.LogicalSpec:
     if not parts or not parts[0]:
         raise SpecError(f"{name}: missing shape")
     shape = parse_dims(parts[0])
-    if kind == sp.MATMUL:
+    stages = sp.compose_stages(kind) if sp.STAGE_SEP in kind else None
+    mm_head = kind == sp.MATMUL or (stages is not None and stages[0] == sp.MATMUL)
+    if mm_head:
         if len(shape) == 3:
             shape = (1, *shape)
         if len(shape) != 4:
             raise SpecError(f"{name}: shape must be MxKxN or BxMxKxN, got {parts[0]!r}")
-    if kind in sp.ROW_KINDS and len(shape) != 2:
+        if stages is not None and shape[0] != 1:
+            raise SpecError(f"{name}: a pipeline's matmul has no batch dim (B must be 1)")
+    if (kind in sp.ROW_KINDS or (stages and not mm_head)) and len(shape) != 2:
         raise SpecError(f"{name}: shape must be ROWSxN, got {parts[0]!r}")
     roles = sp.param_names(kind)
     want = len(roles)
@@ -166,7 +195,7 @@ def parse_spec(text: str) -> sp.LogicalSpec:
         parse_tensor(p, s, f"{name} operand {r}") for p, s, r in zip(parts[1:], shapes, roles)
     )
     _check_dtypes(kind, name, operands)
-    macs = math.prod(shape) if kind == sp.MATMUL else 0
+    macs = math.prod(shape) if mm_head else 0
     problem = size_problem(shapes, [o.dtype.size for o in operands], macs)
     if problem:
         raise SpecError(f"{name}: {with_doc(problem)}")
@@ -182,6 +211,16 @@ def _check_dtypes(kind: str, name: str, operands: tuple[TensorSpec, ...]) -> Non
         )
     if kind == sp.MOVE and dts[0] != dts[1] and dts != (Dtype.BF16, Dtype.F32):
         raise SpecError(f"{name}: cannot move {dts[0]} to {dts[1]} (only bf16 -> f32 widens)")
+    if sp.STAGE_SEP in kind:
+        if kind.startswith(sp.MATMUL) and dts[:2] not in [d[:2] for d in MATMUL_DTYPES]:
+            raise SpecError(f"{name}: unsupported input dtypes {dts[0].value} x {dts[1].value}")
+        if not kind.startswith(sp.MATMUL) and dts[0] not in (Dtype.F32, Dtype.BF16):
+            raise SpecError(f"{name}: operand x must be f32 or bf16, got {dts[0].value}")
+        start = 2 if kind.startswith(sp.MATMUL) else 1
+        for n, d in zip(sp.param_names(kind)[start:], dts[start:]):
+            if d != Dtype.F32:
+                raise SpecError(f"{name}: operand {n} must be f32, got {d.value}")
+        return
     if kind in sp.ROW_KINDS or kind == sp.NEG_INF:
         # x may be bf16 (widened as it is read); everything else is f32.
         names = sp.param_names(kind)

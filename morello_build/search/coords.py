@@ -19,7 +19,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.layout import Layout, PhysDim
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
-from morello_build.ir.spec import KINDS, LogicalSpec, canonical, operand_shapes
+from morello_build.ir.spec import KINDS, LogicalSpec, canonical, is_compose, operand_shapes
 from morello_build.ir.tensorspec import TensorSpec
 from morello_build.ir.text import parse_spec
 
@@ -136,7 +136,7 @@ def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
         dtypes = tuple(Dtype(d) for d in dtype_names.split(","))
     except ValueError:
         return None
-    if kind not in KINDS or len(point) != 1 + rank + 4 * len(dtypes) + 1:
+    if (kind not in KINDS and not is_compose(kind)) or len(point) != 1 + rank + 4 * len(dtypes) + 1:
         return None
     if not linear and max(point[1 : 1 + rank], default=0) > 62:
         return None  # 2^63 and beyond: no such dim (a linear coordinate is d - 1 itself)

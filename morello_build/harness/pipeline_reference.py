@@ -1,0 +1,94 @@
+"""numpy float64 references and sound error bounds for pipelines (``gelu(x @ w + b)``).
+
+The bound follows the value through the stages, as the kernel computes them (whatever the
+DP fused, every stage rounds to f32 once per element, in this order):
+- a Matmul head: ``coeff(K) * (|A| @ |B|)``, the matmul check's bound (harness/verify.py:
+  the smaller of Higham's worst case and the probabilistic ``10 sqrt(K) u``);
+- ``+ b`` / ``* b``: the error so far (times ``|b|``), plus one rounding of the result;
+- an activation f: the error so far times f's largest slope (relu 1, silu 1.1, both
+  GELUs 1.13; exp: ``exp(v) * expm1(e)``), plus f's own bound at the exact value
+  (harness/row_reference.py) widened by the same relative amount.
+Inputs are uniform in ``[-a, a]`` with ``a = 3 / K^(1/4)`` so that pre-activations have a
+standard deviation near 3: both tails of every activation are exercised and exp stays
+far from f32 overflow at any K.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from morello_build.harness.row_reference import (
+    SUBNORMAL_ABS,
+    U,
+    activation_reference,
+    exact_in,
+)
+from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages, param_names
+
+#: Largest |f'(v)| of each activation over the reals.
+SLOPES = {"relu": 1.0, "silu": 1.1, "gelu_tanh": 1.13, "gelu_erf": 1.13}
+
+
+def input_range(kind: str, shapes: Mapping[str, tuple[int, ...]]) -> float:
+    """Half-width of the uniform inputs (module docstring)."""
+    stages = compose_stages(kind)
+    if stages is None or stages[0] != MATMUL:
+        return 3.0
+    k = shapes["lhs"][-1]
+    return 3.0 / k**0.25
+
+
+def pipeline_inputs(
+    kind: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, str], rng: Any
+) -> dict[str, NDArray[np.float64]]:
+    """float64 inputs exact in their dtypes, for every input operand of the pipeline."""
+    a = input_range(kind, shapes)
+    return {
+        name: exact_in(rng.uniform(-a, a, size=shape), dtypes[name])
+        for name, shape in shapes.items()
+    }
+
+
+def pipeline_reference(
+    kind: str, inputs: Mapping[str, NDArray[np.float64]]
+) -> tuple[NDArray[Any], NDArray[Any]]:
+    """(values, per-element bound) of the pipeline `kind` on `inputs` (by operand name)."""
+    stages = compose_stages(kind)
+    if stages is None:
+        raise ValueError(f"not a pipeline: {kind!r}")
+    names = iter(param_names(kind))
+    if stages[0] == MATMUL:
+        lhs, rhs = inputs[next(names)], inputs[next(names)]
+        k = int(lhs.shape[-1])
+        a, w = lhs.reshape(-1, k), rhs.reshape(k, -1)
+        gamma = k * U / (1.0 - k * U)
+        coeff = min(2.0 * gamma, 10.0 * math.sqrt(k) * U)
+        v = a @ w
+        err = coeff * (np.abs(a) @ np.abs(w)) + k * SUBNORMAL_ABS
+        rest = stages[1:]
+    else:
+        v = inputs[next(names)]
+        err = np.zeros_like(v)
+        rest = stages
+    for stage in rest:
+        if stage in BROADCAST_KINDS:
+            b = inputs[next(names)]
+            bb = b[None, :] if stage.endswith("_row") else b[:, None]
+            if stage.startswith("add"):
+                v = v + bb
+            else:
+                v, err = v * bb, err * np.abs(bb)
+            err = err + U * (np.abs(v) + err) + SUBNORMAL_ABS / 2
+            continue
+        ref, own = activation_reference(stage, v)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            rel = np.where(ref != 0, own / np.abs(ref), 0.0)
+            moved = ref * np.expm1(err) if stage == "exp" else SLOPES[stage] * err
+            err = moved * (1.0 + rel) + own
+        v = ref
+    return v, err

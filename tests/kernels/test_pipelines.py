@@ -1,0 +1,122 @@
+"""Pipelines (``gelu(x @ w + b)``): Specs, the search's fused plans, generated C checked
+against numpy float64 (harness/pipeline_reference.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from morello_build.api import synthesize, synthesize_kernel
+from morello_build.errors import SpecError
+from morello_build.harness.verify import verify_kernel
+from morello_build.impl.nodes import Loop, Staged
+from morello_build.ir.text import parse_spec
+from morello_build.machine.isa import host_supports
+from morello_build.search.coords import locate, spec_at
+
+needs_avx2 = pytest.mark.skipif(not host_supports("avx2"), reason="host lacks avx2")
+
+
+def _text(name: str, shape: str, *operands: str) -> str:
+    return f"Compose[{name}]({shape}, {', '.join(operands)})"
+
+
+F = "f32:GL:row"
+MLP = _text("Matmul,AddRow,GeluErf", "1x16x32x48", F, F, F, F)
+
+
+def test_text_round_trips_and_names_the_stages() -> None:
+    spec = parse_spec(MLP)
+    assert spec.kind == "matmul+add_row+gelu_erf"
+    assert spec.text() == MLP
+    assert spec.roles() == ("in", "in", "in", "out")
+    assert [o.shape for o in spec.operands] == [(1, 16, 32), (1, 32, 48), (48,), (16, 48)]
+    assert spec.flops() == 2 * 16 * 32 * 48 + 2 * 16 * 48
+    key, point = locate(spec)
+    assert key == "lin/matmul+add_row+gelu_erf/f32,f32,f32,f32/4"  # 48: linear dims
+    assert spec_at(key, point) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (_text("Matmul,Gleu", "8x8x8", F, F, F), "unknown stage 'Gleu'"),
+        (_text("Relu,Matmul", "8x8", F, F), "a pipeline is a Matmul or elementwise head"),
+        (_text("Matmul", "8x8x8", F, F, F), "a pipeline is a Matmul or elementwise head"),
+        (_text("Matmul,Relu", "2x8x8x8", F, F, F), "B must be 1"),
+        (_text("Matmul,AddRow", "8x8x8", F, F, "bf16:GL:row", F), "operand b must be f32"),
+        (_text("AddRow,Relu", "8x8x8", F, F, F), "shape must be ROWSxN"),
+    ],
+)
+def test_malformed_pipelines_are_named(text: str, words: str) -> None:
+    with pytest.raises(SpecError, match=words.replace("[", r"\[")):
+        parse_spec(text)
+
+
+PIPELINES = [
+    MLP,
+    _text("Matmul,AddRow,Relu", "1x7x37x30", F, F, F, F),  # odd sizes: remainder tiles
+    _text("Matmul,GeluTanh", "1x1x64x48", F, "f32:GL:col", F),  # x @ w.T, one row
+    _text("Matmul,MulRow,AddCol,Exp", "1x8x16x24", "bf16:GL:row", "bf16:GL:row", F, F, F),
+    _text("MulCol,Silu", "5x19", F, F, F),  # no matmul: elementwise stages only
+]
+
+
+@needs_avx2
+@pytest.mark.parametrize("text", PIPELINES)
+def test_pipelines_compile_run_and_match_numpy(text: str) -> None:
+    result = synthesize_kernel(text, name="fused", target="avx2", use_cache=False)
+    v = verify_kernel(result.kernel)
+    assert v.ok, v.details
+    assert v.of_bound and v.max_rel_err <= 1.0
+
+
+@pytest.mark.parametrize("text", [PIPELINES[1], PIPELINES[4]])
+def test_scalar_target_pipelines_match_numpy(text: str) -> None:
+    result = synthesize_kernel(text, name="fused", target="x86-64", use_cache=False)
+    v = verify_kernel(result.kernel)
+    assert v.ok, v.details
+
+
+@needs_avx2
+def test_verification_fails_for_the_wrong_pipeline() -> None:
+    """The check is sharp: relu's kernel checked as gelu's (same operands) must fail."""
+    text = _text("Matmul,AddRow,Relu", "1x8x16x16", F, F, F, F)
+    kernel = synthesize_kernel(text, name="fused", target="avx2", use_cache=False).kernel
+    assert verify_kernel(kernel).ok
+    wrong = dataclasses.replace(
+        kernel, abi=dataclasses.replace(kernel.abi, op="matmul+add_row+gelu_erf")
+    )
+    v = verify_kernel(wrong)
+    assert not v.ok
+    assert "elements wrong" in v.details
+
+
+def _bufferized(node: object, under_loop: bool = False) -> list[tuple[str, bool]]:
+    """(bufferize action, whether a tile loop encloses it) of every Staged in the tree."""
+    out = []
+    if isinstance(node, Staged) and node.action.startswith("bufferize"):
+        out.append((node.action, under_loop))
+    for child in getattr(node, "children", ()):
+        out.extend(_bufferized(child, under_loop or isinstance(node, Loop)))
+    return out
+
+
+@needs_avx2
+def test_the_search_fuses_when_the_output_does_not_fit_l1() -> None:
+    """A 64x256 f32 output (64 KiB) does not fit L1: the chosen plan tiles the output and
+    runs the epilogue on each tile while it is in L1 (bufferize(L1) inside a tile loop),
+    instead of a second pass over the whole output in memory."""
+    text = _text("Matmul,AddRow,Relu", "1x64x64x256", F, F, F, F)
+    impl = synthesize(parse_spec(text), "avx2", use_cache=False).impl
+    found = _bufferized(impl)
+    assert found, "no bufferize in the chosen program"
+    assert all(action == "bufferize(L1)" and loop for action, loop in found[:1]), found
+
+
+@needs_avx2
+def test_same_pipeline_same_c() -> None:
+    a = synthesize_kernel(MLP, name="fused", target="avx2", use_cache=False).kernel.c_source
+    b = synthesize_kernel(MLP, name="fused", target="avx2", use_cache=False).kernel.c_source
+    assert a == b
