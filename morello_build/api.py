@@ -10,6 +10,7 @@ Everything a user can get wrong raises `MorelloError` with a one-line message.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from morello_build.codegen.abi import GeneratedKernel
@@ -17,9 +18,18 @@ from morello_build.codegen.emit import generate_c
 from morello_build.codegen.views import CodegenError
 from morello_build.errors import MorelloError, NoImplementation, SpecError, first_line
 from morello_build.impl.nodes import Impl
+from morello_build.ir.expr import parse_chain
 from morello_build.ir.levels import Level
 from morello_build.ir.sizes import matmul_size_problem, shape_text, size_problem, with_doc
-from morello_build.ir.spec import MATMUL, ROW_KINDS, USER_ROW_KINDS, LogicalSpec, Spec
+from morello_build.ir.spec import (
+    MATMUL,
+    ROW_KINDS,
+    STAGE_SEP,
+    USER_ROW_KINDS,
+    LogicalSpec,
+    Spec,
+    stage_name,
+)
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import native_isa
 from morello_build.machine.target import Target, get_target, resolve_tune
@@ -87,6 +97,53 @@ def row_spec_text(kind: str, rows: int, n: int, *, dtype: str = "f32", threads: 
     serial = ", serial" if threads <= 1 else ""
     ops = ", ".join(f"{dtype if p == 'x' else 'f32'}:GL:row" for p in row.params)
     return f"{row.name}({rows}x{n}, {ops}{serial})"
+
+
+def pipeline_spec_text(
+    expr: str,
+    inputs: Mapping[str, tuple[int, ...]],
+    *,
+    dtype: str = "f32",
+    threads: int = 1,
+) -> str:
+    """Text of the pipeline Spec `expr` computes (e.g. ``gelu(x @ w + b)``, `ir.expr`) over
+    `inputs` (name -> shape) in main memory. The kernel's arguments are the inputs in the
+    order given, then the output; `dtype="bf16"` makes the matrix product's (or the first
+    stage's) matrix inputs bf16 (vectors and the output stay f32)."""
+    if dtype not in ("f32", "bf16"):
+        raise SpecError(f"unsupported pipeline dtype {dtype!r}; expected f32 or bf16")
+    chain = parse_chain(expr, inputs)
+    if chain.head[0] == MATMUL:
+        operands = list(chain.head[1:])
+        m, n = chain.shape
+        k = inputs[chain.head[1]][1]
+        shape = f"1x{m}x{k}x{n}"
+        texts = [f"{dtype}:GL:row", f"{dtype}:GL:{'col' if chain.rhs_transposed else 'row'}"]
+        stages = [MATMUL]
+    else:
+        operands = [chain.head[1]]
+        shape = "x".join(map(str, chain.shape))
+        texts = [f"{dtype}:GL:row"]
+        stages = []
+    for stage in chain.stages:
+        stages.append(stage.kind)
+        if stage.operand is not None:
+            operands.append(stage.operand)
+            texts.append("f32:GL:row")
+    unused = [name for name in inputs if name not in operands]
+    if unused:
+        raise SpecError(f"{expr!r}: input {unused[0]!r} is declared but not used")
+    if list(inputs) != operands:
+        raise SpecError(
+            f"{expr!r}: declare the inputs in the order the kernel takes them, "
+            f"{', '.join(operands)} (its arguments are the inputs in declaration order, "
+            "then the output)"
+        )
+    if len(stages) < 2:
+        raise SpecError(f"{expr!r}: a single operation is not a pipeline; use its shorthand")
+    names = ",".join(stage_name(k) for k in stages)
+    serial = ", serial" if threads <= 1 else ""
+    return f"Compose[{names}]({shape}, {', '.join(texts)}, f32:GL:row{serial})"
 
 
 def resolve_target(name: str) -> str:
@@ -228,7 +285,7 @@ def synthesize_kernel(
     """Synthesize (or replay from the cache) and generate C for one kernel."""
     check_kernel_name(name, variant_ok=True)  # integration.dispatch's variants: `<name>__<isa>`
     ls = as_spec(spec_text)
-    if (ls.kind == MATMUL or ls.kind in ROW_KINDS) and any(
+    if (ls.kind == MATMUL or ls.kind in ROW_KINDS or STAGE_SEP in ls.kind) and any(
         o.level is not Level.GL for o in ls.operands
     ):
         raise SpecError(f"{name}: kernel operands must live in GL (main memory)")

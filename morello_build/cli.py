@@ -38,7 +38,9 @@ SPEC_HELP = (
     "--layout-b, --accumulate), or an operation on rows: 'softmax ROWSxN' (along each row), "
     "'relu', 'gelu' (erf form), 'gelu_tanh', 'silu' or 'exp' ROWSxN (x f32 or bf16 with "
     "--dtype, out f32), 'max' or 'sum' ROWSxN (one value per row, out[ROWS]), or 'add_row', "
-    "'mul_row' (b[N] broadcast over the rows), 'add_col', 'mul_col' (b[ROWS]) ROWSxN"
+    "'mul_row' (b[N] broadcast over the rows), 'add_col', 'mul_col' (b[ROWS]) ROWSxN; "
+    "or a pipeline expression with --inputs, e.g. 'gelu(x @ w + b)' --inputs "
+    "x=64x768,w=768x3072,b=3072 (docs/pipelines.md)"
 )
 
 
@@ -62,6 +64,14 @@ def spec_from_args(args: argparse.Namespace) -> str:
     )
 
     tokens = list(args.spec)
+    if args.inputs is not None:
+        from morello_build.api import pipeline_spec_text
+
+        if args.layout_b != "row" or args.accumulate:
+            raise SpecError("--layout-b and --accumulate do not apply to a pipeline (write w.T)")
+        return pipeline_spec_text(
+            " ".join(tokens), parse_inputs(args.inputs), dtype=args.dtype, threads=args.threads
+        )
     if len(tokens) == 1 and is_shorthand(tokens[0]) and "-" in tokens[0].split(None, 2)[-1]:
         outside = [
             "--" + k.replace("_", "-")
@@ -95,8 +105,33 @@ def spec_from_args(args: argparse.Namespace) -> str:
     return text
 
 
+def parse_inputs(text: str) -> dict[str, tuple[int, ...]]:
+    """``x=64x768,w=768x3072,b=3072`` -> {name: shape}, in the order written."""
+    from morello_build.ir.text import parse_dims
+
+    out: dict[str, tuple[int, ...]] = {}
+    for item in text.split(","):
+        name, eq, shape = item.strip().partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier():
+            raise SpecError(
+                f"--inputs: malformed item {item.strip()!r}; expected NAME=SHAPE, "
+                "e.g. x=64x768,w=768x3072,b=3072"
+            )
+        if name in out:
+            raise SpecError(f"--inputs: input {name!r} is declared twice")
+        out[name] = parse_dims(shape, f"--inputs {name}")
+    return out
+
+
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="+", help=SPEC_HELP)
+    p.add_argument(
+        "--inputs",
+        metavar="NAME=SHAPE,...",
+        help="the inputs of a pipeline expression, in the order the kernel takes them "
+        "(then the output): e.g. x=64x768,w=768x3072,b=3072 (a bias [N], a column [ROWS,1])",
+    )
     p.add_argument(
         "--target",
         default="native",

@@ -1,0 +1,372 @@
+"""Pipeline expressions, written the way numpy users write them: ``gelu(x @ w + b)``.
+
+`parse_chain` turns the text plus the declared input shapes into a `Chain`: an optional
+matrix-product head, then elementwise stages applied in order to the running value. The
+synthesizer only fuses such chains, so anything else (two products, two matrices added,
+subtraction, constants) is rejected here, with the 1-based column of the token at fault,
+rather than later as an unexplained search failure.
+
+A hand-written tokenizer and recursive-descent parser (no ``eval``, no ``ast``) keeps the
+accepted language exactly the documented one and every message precise.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from numbers import Integral
+from typing import NamedTuple
+
+from morello_build.errors import SpecError
+from morello_build.ir.spec import (
+    ADD_COL,
+    ADD_ROW,
+    EXP,
+    GELU_ERF,
+    GELU_TANH,
+    MUL_COL,
+    MUL_ROW,
+    RELU,
+    SILU,
+    SOFTMAX,
+)
+
+#: Function names users may call, to stage kinds: each kind by its own name (which
+#: `chain_text` prints), and ``gelu`` for the exact (erf) form, PyTorch's default.
+FUNCTIONS: dict[str, str] = {
+    "gelu": GELU_ERF,
+    **{k: k for k in (RELU, GELU_ERF, GELU_TANH, SILU, EXP, SOFTMAX)},
+}
+
+_ONE_PRODUCT = (
+    "only one matrix product per expression, at its start (chains of products are not "
+    "supported yet)"
+)
+_TWO_MATRICES = "combines two matrices; one side must be a bias vector [n] or a column [rows, 1]"
+_TRANSPOSE = ".T (transpose) is only supported on an input right of @, as in x @ w.T"
+_BAD_CHAR = {
+    ".": "unexpected '.'; the only attribute supported is .T",
+    "/": "division is not supported yet",
+}
+_TOKEN = re.compile(
+    r"(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|(?P<t>\.T(?![A-Za-z0-9_]))"
+    r"|(?P<op>[-@+*(),=])"
+)
+
+
+class ExprError(SpecError):
+    """A pipeline expression the parser rejects; `col` is the 1-based column (0 if none)."""
+
+    def __init__(self, message: str, col: int = 0) -> None:
+        super().__init__(f"expr col {col}: {message}" if col > 0 else f"expr: {message}")
+        self.message = message
+        self.col = col
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One elementwise step; `operand` names the broadcast input of add/mul, else None."""
+
+    kind: str
+    operand: str | None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """What an expression computes: ``head`` is ("matmul", lhs, rhs) or ("input", name),
+    then `stages` in order; `inputs` are the inputs used, in their declaration order."""
+
+    head: tuple[str, ...]
+    rhs_transposed: bool
+    stages: tuple[Stage, ...]
+    shape: tuple[int, int]
+    inputs: tuple[str, ...]
+
+
+class _Tok(NamedTuple):
+    kind: str  # "num", "name", "t" (.T), "end", or the operator character itself
+    text: str
+    start: int  # 0-based offset
+
+    @property
+    def col(self) -> int:
+        return self.start + 1
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """A bare input, not yet combined: only `@` and the broadcast operators decide its role."""
+
+    name: str
+    col: int
+    span: tuple[int, int]
+    transposed: bool = False
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A computed value: a chain under construction; `mm_col` is its `@`'s column, or 0."""
+
+    head: tuple[str, ...]
+    transposed: bool
+    stages: tuple[Stage, ...]
+    shape: tuple[int, int]
+    span: tuple[int, int]
+    mm_col: int
+
+    def then(self, stage: Stage, span: tuple[int, int]) -> _Run:
+        return replace(self, stages=(*self.stages, stage), span=span)
+
+
+_Value = _Ref | _Run
+
+
+def _tokenize(text: str) -> list[_Tok]:
+    toks: list[_Tok] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            return [*toks, _Tok("end", "", pos)]
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            ch = text[pos]
+            raise ExprError(_BAD_CHAR.get(ch, f"unexpected character {ch!r}"), pos + 1)
+        kind = m.lastgroup or "op"
+        toks.append(_Tok(m.group() if kind == "op" else kind, m.group(), pos))
+        pos = m.end()
+
+
+class _Parser:
+    """Recursive descent with Python's precedence; values are checked as they are built."""
+
+    def __init__(self, text: str, inputs: Mapping[str, tuple[int, ...]]) -> None:
+        self.text, self.inputs = text, inputs
+        self.toks, self.i = _tokenize(text), 0
+        self.used: set[str] = set()
+
+    def peek(self) -> _Tok:
+        return self.toks[self.i]
+
+    def next(self) -> _Tok:
+        tok = self.toks[self.i]
+        self.i = min(self.i + 1, len(self.toks) - 1)
+        return tok
+
+    def src(self, v: _Value) -> str:
+        return self.text[v.span[0] : v.span[1]]
+
+    @staticmethod
+    def found(tok: _Tok) -> str:
+        return "the end of the expression" if tok.kind == "end" else f"'{tok.text}'"
+
+    def expr(self) -> _Value:
+        left = self.term()
+        while self.peek().kind in ("+", "-"):
+            tok = self.next()
+            if tok.kind == "-":
+                raise ExprError("subtraction is not supported yet", tok.col)
+            left = self.combine(tok, left, self.term())
+        return left
+
+    def term(self) -> _Value:
+        left = self.postfix(allow_t=False)
+        while self.peek().kind in ("@", "*"):
+            tok = self.next()
+            right = self.postfix(allow_t=tok.kind == "@")
+            left = (
+                self.matmul(tok, left, right) if tok.kind == "@" else self.combine(tok, left, right)
+            )
+        return left
+
+    def postfix(self, allow_t: bool) -> _Value:
+        v = self.primary()
+        while self.peek().kind == "t":
+            tok = self.next()
+            if not allow_t or not isinstance(v, _Ref) or v.transposed:
+                raise ExprError(_TRANSPOSE, tok.col)
+            v = _Ref(v.name, v.col, (v.span[0], tok.end), True)
+        return v
+
+    def primary(self) -> _Value:
+        tok = self.next()
+        if tok.kind == "name":
+            return self.call(tok) if self.peek().kind == "(" else self.ref(tok)
+        if tok.kind == "(":
+            v = self.expr()
+            return replace(v, span=(tok.start, self.close(tok).end))
+        if tok.kind == "num":
+            raise ExprError("scalar constants are not supported yet", tok.col)
+        if tok.kind == "-":
+            raise ExprError("unary minus is not supported yet (nor subtraction)", tok.col)
+        raise ExprError(f"expected an input or a function call, found {self.found(tok)}", tok.col)
+
+    def close(self, open_tok: _Tok) -> _Tok:
+        tok = self.next()
+        if tok.kind == ")":
+            return tok
+        if tok.kind == "end":
+            raise ExprError("unbalanced parentheses: this '(' is never closed", open_tok.col)
+        raise ExprError(f"expected ')' or an operator, found {self.found(tok)}", tok.col)
+
+    def ref(self, tok: _Tok) -> _Ref:
+        name = tok.text
+        if name not in self.inputs:
+            if name in FUNCTIONS:
+                raise ExprError(f"'{name}' is a function; call it as {name}(...)", tok.col)
+            declared = ", ".join(self.inputs) or "none"
+            raise ExprError(f"unknown input '{name}' (declared: {declared})", tok.col)
+        shape = tuple(self.inputs[name])
+        if len(shape) not in (1, 2) or not all(isinstance(d, Integral) and d > 0 for d in shape):
+            raise ExprError(
+                f"input '{name}' has shape {list(shape)}; only matrices [rows, cols] and "
+                "vectors [n] of positive sizes are supported",
+                tok.col,
+            )
+        self.used.add(name)
+        return _Ref(name, tok.col, (tok.start, tok.end))
+
+    def call(self, name_tok: _Tok) -> _Run:
+        name = name_tok.text
+        if name not in FUNCTIONS:
+            if name in self.inputs:
+                raise ExprError(f"'{name}' is an input, not a function", name_tok.col)
+            close = difflib.get_close_matches(name, list(FUNCTIONS), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ExprError(f"unknown function '{name}'{hint}", name_tok.col)
+        open_tok = self.next()
+        arg = self.run(self.expr())
+        if self.peek().kind == ",":
+            comma = self.next()
+            if name != "softmax":
+                raise ExprError(f"{name}() takes one argument", comma.col)
+            self.axis()
+        return arg.then(Stage(FUNCTIONS[name], None), (name_tok.start, self.close(open_tok).end))
+
+    def axis(self) -> None:
+        key = self.next()
+        if key.text != "axis" or self.next().kind != "=":
+            raise ExprError("softmax's second argument can only be axis=-1", key.col)
+        start = tok = self.next()
+        if tok.kind == "-":
+            tok = self.next()
+        if tok.kind != "num" or not tok.text.isdigit():
+            raise ExprError("softmax's axis must be an integer, as in axis=-1", tok.col)
+        if start.kind != "-" or tok.text.lstrip("0") != "1":
+            raise ExprError("softmax only over the last axis (axis=-1)", start.col)
+
+    def run(self, v: _Value) -> _Run:
+        """`v` as the running value: a bare input starts a chain, if it is a matrix."""
+        if isinstance(v, _Run):
+            return v
+        shape = self.inputs[v.name]
+        if len(shape) != 2:
+            raise ExprError(
+                f"'{v.name}' is a vector [{shape[0]}]; the value computed on must be a "
+                "matrix [rows, cols]",
+                v.col,
+            )
+        return _Run(("input", v.name), False, (), (shape[0], shape[1]), v.span, 0)
+
+    def matmul(self, tok: _Tok, lhs: _Value, rhs: _Value) -> _Run:
+        if isinstance(lhs, _Run) or isinstance(rhs, _Run):
+            if any(isinstance(v, _Run) and v.mm_col for v in (lhs, rhs)):
+                raise ExprError(_ONE_PRODUCT, tok.col)
+            computed = self.src(lhs if isinstance(lhs, _Run) else rhs)
+            raise ExprError(
+                f"{computed} is computed, not an input; the matrix product must come first, "
+                "on inputs (x @ w or x @ w.T)",
+                tok.col,
+            )
+        for v in (lhs, rhs):
+            if len(self.inputs[v.name]) != 2:
+                shape = self.inputs[v.name]
+                raise ExprError(f"'{v.name}' is a vector [{shape[0]}]; @ needs matrices", v.col)
+        m, k = self.inputs[lhs.name]
+        k2, n = self.inputs[rhs.name][:: -1 if rhs.transposed else 1]
+        r = f"{rhs.name}.T" if rhs.transposed else rhs.name
+        if k != k2:
+            raise ExprError(
+                f"{lhs.name} @ {r}: {lhs.name} is {m}x{k} but {r} is {k2}x{n}; "
+                f"the inner dimensions {k} and {k2} differ",
+                tok.col,
+            )
+        head = ("matmul", lhs.name, rhs.name)
+        return _Run(head, rhs.transposed, (), (m, n), (lhs.span[0], rhs.span[1]), tok.col)
+
+    def combine(self, tok: _Tok, left: _Value, right: _Value) -> _Run:
+        """``left op right``: one side is the running value, the other an input vector
+        broadcast like numpy (a row [n], or a column [rows, 1] against a matrix); the
+        operators commute, so either order works."""
+        both = self.text[left.span[0] : right.span[1]]
+        if isinstance(left, _Run) and isinstance(right, _Run) and left.mm_col and right.mm_col:
+            raise ExprError(_ONE_PRODUCT, right.mm_col)
+        pair = self.broadcast(left, right) or self.broadcast(right, left)
+        if pair is None:
+            raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
+        run, vec = self.run(pair[0]), pair[1]
+        vs = self.inputs[vec.name]
+        (rows, cols), row = run.shape, len(vs) == 1
+        if not row and vs[1] != 1:
+            raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
+        if vs[0] != (cols if row else rows):
+            need = f"a row vector needs {cols} elements" if row else f"a column needs {rows} rows"
+            where = f"{self.src(run)} is {rows}x{cols}"
+            raise ExprError(f"'{vec.name}' is {list(vs)} but {where}; {need}", vec.col)
+        kind = (ADD_ROW if row else ADD_COL) if tok.kind == "+" else (MUL_ROW if row else MUL_COL)
+        return run.then(Stage(kind, vec.name), (left.span[0], right.span[1]))
+
+    def broadcast(self, base: _Value, vec: _Value) -> tuple[_Value, _Ref] | None:
+        """``(base, vec)`` if `vec` can be the broadcast side of ``base op vec``: an input
+        [n], or an input [rows, 1] against a matrix (the sizes are checked afterwards)."""
+        if not isinstance(vec, _Ref):
+            return None
+        vs = self.inputs[vec.name]
+        if isinstance(base, _Run) or len(vs) == 1:
+            return base, vec
+        return (base, vec) if vs[1] == 1 and len(self.inputs[base.name]) == 2 else None
+
+
+def parse_chain(text: str, inputs: Mapping[str, tuple[int, ...]]) -> Chain:
+    """Parse `text` over the declared `inputs` (name -> shape) into a `Chain`; an unused
+    input is not an error here (the caller decides). Raises `ExprError`."""
+    if not text.strip():
+        raise ExprError("the expression is empty")
+    parser = _Parser(text, inputs)
+    v = parser.expr()
+    tok = parser.peek()
+    if tok.kind == ")":
+        raise ExprError("unbalanced parentheses: this ')' has no matching '('", tok.col)
+    if tok.kind != "end":
+        raise ExprError(f"unexpected '{tok.text}' after a complete expression", tok.col)
+    if isinstance(v, _Ref):
+        raise ExprError(f"the expression computes nothing: it is just input '{v.name}'", v.col)
+    used = tuple(name for name in inputs if name in parser.used)
+    return Chain(v.head, v.transposed, v.stages, v.shape, used)
+
+
+def chain_text(chain: Chain) -> str:
+    """The canonical text of `chain`: ``parse_chain(chain_text(c), inputs) == c`` for the
+    inputs it was parsed with (row or column broadcasts follow from the shapes)."""
+    if chain.head[0] == "matmul":
+        text = f"{chain.head[1]} @ {chain.head[2]}{'.T' if chain.rhs_transposed else ''}"
+    else:
+        text = chain.head[1]
+    is_sum = False
+    for stage in chain.stages:
+        if stage.operand is None:
+            text, is_sum = f"{stage.kind}({text})", False
+        elif stage.kind in (ADD_ROW, ADD_COL):
+            text, is_sum = f"{text} + {stage.operand}", True
+        else:
+            text, is_sum = f"{f'({text})' if is_sum else text} * {stage.operand}", False
+    return text
