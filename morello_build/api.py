@@ -24,6 +24,7 @@ from morello_build.ir.sizes import matmul_size_problem, shape_text, size_problem
 from morello_build.ir.spec import (
     MATMUL,
     ROW_KINDS,
+    SOFTMAX,
     STAGE_SEP,
     USER_ROW_KINDS,
     LogicalSpec,
@@ -113,23 +114,39 @@ def pipeline_spec_text(
     if dtype not in ("f32", "bf16"):
         raise SpecError(f"unsupported pipeline dtype {dtype!r}; expected f32 or bf16")
     chain = parse_chain(expr, inputs)
+    stages = [stage.kind for stage in chain.stages]
+    if chain.head[0] == MATMUL:
+        stages.insert(0, MATMUL)
+    if SOFTMAX in stages:
+        raise SpecError(f"{expr!r}: softmax inside a pipeline is not supported yet")
+    later_products = stages[1:].count(MATMUL)
+    if dtype == "bf16" and later_products:
+        raise SpecError(
+            f"{expr!r}: with bf16 inputs a pipeline may have one matrix product (the next "
+            "would multiply the f32 result by a bf16 matrix, which no kernel does)"
+        )
+    rows = chain.shape[0]
     if chain.head[0] == MATMUL:
         operands = list(chain.head[1:])
-        m, n = chain.shape
-        k = inputs[chain.head[1]][1]
-        shape = f"1x{m}x{k}x{n}"
+        dims = [rows, inputs[chain.head[1]][1]]
+        cols = inputs[chain.head[2]][0 if chain.rhs_transposed else 1]
         texts = [f"{dtype}:GL:row", f"{dtype}:GL:{'col' if chain.rhs_transposed else 'row'}"]
-        stages = [MATMUL]
     else:
         operands = [chain.head[1]]
-        shape = "x".join(map(str, chain.shape))
+        dims = [rows]
+        cols = inputs[chain.head[1]][1]
         texts = [f"{dtype}:GL:row"]
-        stages = []
+    dims.append(cols)
     for stage in chain.stages:
-        stages.append(stage.kind)
         if stage.operand is not None:
             operands.append(stage.operand)
             texts.append("f32:GL:row")
+        if stage.kind == MATMUL:
+            assert stage.operand is not None
+            dims.append(inputs[stage.operand][1])
+    if MATMUL in stages:
+        dims.insert(0, 1)
+    shape = "x".join(map(str, dims))
     unused = [name for name in inputs if name not in operands]
     if unused:
         raise SpecError(f"{expr!r}: input {unused[0]!r} is declared but not used")

@@ -23,8 +23,10 @@ from morello_build.ir.spec import (
     MATMUL,
     LogicalSpec,
     canonical,
+    compose_dims,
     compose_kind,
     compose_stages,
+    operand_shapes,
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor
 from morello_build.machine.target import Target
@@ -33,12 +35,73 @@ from morello_build.machine.target import Target
 BUFFER_LEVELS = (Level.L1, Level.GL)
 
 
-def _intermediate(spec: LogicalSpec, level: Level, matmul: bool) -> TensorSpec | None:
-    """The head's output as a dense f32 buffer; a Matmul head writes it as [1, rows, n]
-    (the same memory as the [rows, n] the tail reads: the emitter views it both ways)."""
-    rows, n = spec.operands[-1].shape
-    shape = (1, rows, n) if matmul else (rows, n)
-    return make_tensor(shape, Dtype.F32, level, lay.row_major(shape), None)
+def _split(
+    spec: LogicalSpec,
+) -> tuple[LogicalSpec, LogicalSpec, tuple[tuple[int, ...], ...]] | None:
+    """(head, tail, wiring): the pipeline `spec` cut after its head, the head writing a
+    dense f32 intermediate (level and layout filled in by `Bufferize`). The wiring names
+    the head's operands then the tail's; the intermediate is ``len(spec.operands)``."""
+    stages = compose_stages(spec.kind)
+    if stages is None:
+        return None
+    dims = compose_dims(stages)
+    shape = spec.shape
+    rows, ops = shape[dims.rows], spec.operands
+    n_head = 2 if stages[0] == MATMUL else 1
+    if stages[0] in BROADCAST_KINDS:
+        n_head += 1
+    scratch = len(ops)
+    head_w = (*range(n_head), scratch)
+    tail_w = (scratch, *range(n_head, len(ops)))
+    rest = stages[1:]
+    col_dims = [shape[d] for d in dims.cols]
+    if stages[0] == MATMUL:
+        head_shape: tuple[int, ...] = (1, rows, shape[dims.rows + 1], col_dims[0])
+    else:
+        head_shape = (rows, col_dims[0])
+    if MATMUL in rest:  # the tail keeps a batch dim: rows, then its column dims
+        tail_shape: tuple[int, ...] = (1, rows, *(shape[d] for d in dict.fromkeys(dims.cols)))
+    else:
+        tail_shape = (rows, col_dims[-1])
+    tail_kind = rest[0] if len(rest) == 1 else compose_kind(rest)
+    head_t = _dense(operand_shapes(stages[0], head_shape)[-1])
+    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[0])
+    tail_ops = [tail_t, *(ops[i] for i in tail_w[1:])]
+    if tail_kind == MATMUL:  # a Matmul writes [1, rows, n]: the same memory as [rows, n]
+        out = batched(tail_ops[-1])
+        if out is None:
+            return None
+        tail_ops[-1] = out
+    head_ops = tuple(ops[i] for i in head_w[:-1]) + (head_t,)
+    head = canonical(stages[0], False, head_shape, head_ops, spec.serial)
+    tail = canonical(tail_kind, False, tail_shape, tuple(tail_ops), spec.serial)
+    return head, tail, (head_w, tail_w)
+
+
+def batched(t: TensorSpec) -> TensorSpec | None:
+    """`t` with a leading dim of 1 (layouts never name unit dims: the others renumber)."""
+    dims = tuple(pd._replace(axis=pd.axis + 1) for pd in t.layout.dims)
+    return make_tensor(
+        (1, *t.shape), t.dtype, t.level, lay.Layout(dims, t.layout.contig), t.vector_size
+    )
+
+
+def _dense(shape: tuple[int, ...]) -> TensorSpec:
+    """A placeholder intermediate (GL, row-major); `_at` moves it to its level."""
+    t = make_tensor(shape, Dtype.F32, Level.GL, lay.row_major(shape), None)
+    assert t is not None
+    return t
+
+
+def _at(spec: LogicalSpec, index: int, level: Level) -> LogicalSpec | None:
+    """`spec` with operand `index` (an intermediate) at `level`."""
+    t = spec.operands[index]
+    moved = make_tensor(t.shape, t.dtype, level, t.layout, None)
+    if moved is None:
+        return None
+    ops = list(spec.operands)
+    ops[index] = moved
+    return canonical(spec.kind, spec.accum, spec.shape, tuple(ops), spec.serial)
 
 
 @dataclass(frozen=True)
@@ -47,59 +110,34 @@ class Bufferize:
 
     level: Level
 
-    def _wiring(self, spec: LogicalSpec) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-        """Operand indices of the head and of the tail; the intermediate is index
-        ``len(spec.operands)``."""
-        stages = compose_stages(spec.kind)
-        if stages is None:
-            return None
-        scratch = len(spec.operands)
-        head_inputs = 2 if stages[0] == MATMUL else 1
-        head = list(range(head_inputs))
-        nxt = head_inputs
-        if stages[0] in BROADCAST_KINDS:
-            head.append(nxt)
-            nxt += 1
-        tail = [scratch]
-        tail.extend(range(nxt, len(spec.operands)))  # the tail's vectors, then the output
-        return (*head, scratch), tuple(tail)
-
     def _parts(
         self, spec: LogicalSpec
     ) -> tuple[tuple[LogicalSpec, LogicalSpec], TensorSpec, tuple[tuple[int, ...], ...]] | None:
-        stages = compose_stages(spec.kind)
-        wiring = self._wiring(spec)
-        if stages is None or wiring is None:
+        found = _split(spec)
+        if found is None:
             return None
-        matmul = stages[0] == MATMUL
-        t = _intermediate(spec, self.level, matmul)
-        flat = _intermediate(spec, self.level, False)
-        if t is None or flat is None:
+        head, tail, wiring = found
+        head = _at(head, len(head.operands) - 1, self.level)  # type: ignore[assignment]
+        tail = _at(tail, 0, self.level)  # type: ignore[assignment]
+        if head is None or tail is None:
             return None
-        head_w, tail_w = wiring
-        ops = spec.operands
-        head_ops = tuple(ops[i] for i in head_w[:-1]) + (t,)
-        head = canonical(stages[0], False, spec.shape, head_ops, spec.serial)
-        tail_ops = (flat, *(ops[i] for i in tail_w[1:]))
-        rest = stages[1:]
-        tail_kind = rest[0] if len(rest) == 1 else compose_kind(rest)
-        tail = canonical(tail_kind, False, flat.shape, tail_ops, spec.serial)
-        return (head, tail), flat, wiring
+        # The buffer as the tail reads it (the emitter views it as the head writes it).
+        return (head, tail), tail.operands[0], wiring
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         parts = self._parts(spec)
         if parts is None:
             return None
-        children, flat, _ = parts
+        children, buf, _ = parts
         own = [0] * LEVEL_COUNT
-        own[self.level] = flat.memory_units()
+        own[self.level] = buf.memory_units()
         return Plan(children, (1, 1), 0, tuple(own))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
         parts = self._parts(spec)
         assert parts is not None
-        _, flat, wiring = parts
-        return Staged(spec, children, (flat,), wiring, self.describe())
+        _, buf, wiring = parts
+        return Staged(spec, children, (buf,), wiring, self.describe())
 
     def describe(self) -> str:
         return f"bufferize({self.level.name})"

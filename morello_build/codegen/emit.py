@@ -133,43 +133,28 @@ K_UNROLL = 4
 
 
 def _as_shape(view: View, shape: tuple[int, ...]) -> View:
-    """`view` as a child of a pipeline reads it: a Matmul head writes its output as
-    [1, rows, n], the rest of the pipeline reads [rows, n] (and the other way round).
-    Dims of size 1 are dropped or added where the view has them whole; the offsets of
-    the others are kept, and the buffer is viewed through an alias of the same memory."""
+    """`view` as a child of a pipeline reads it: a Matmul writes or reads ``[1, rows, n]``
+    where the rest of the pipeline has ``[rows, n]`` (and the other way round). The
+    leading dim of 1 is added or dropped through an alias of the same buffer."""
     if view.shape == shape:
         return view
-    keep = [a for a, d in enumerate(view.shape) if d != 1]
-    if [view.shape[a] for a in keep] != [d for d in shape if d != 1]:
-        raise CodegenError(f"cannot view {view.shape} as {shape}")
     buf = view.buf
-    bkeep = [a for a, d in enumerate(buf.shape) if d != 1]
+    if buf.kind == MEM and shape == (1, *view.shape):
+        dims = tuple(pd._replace(axis=pd.axis + 1) for pd in buf.layout.dims)
+        alias = Buffer(
+            buf.name, buf.dtype, (1, *buf.shape), lay.Layout(dims, buf.layout.contig), MEM
+        )
+        return View(alias, (Affine(0), *view.offset), shape)
     if (
-        buf.kind != MEM
-        or len(bkeep) != len(keep)
-        or any(view.offset[a] != Affine(0) for a in range(len(view.shape)) if a not in keep)
+        buf.kind == MEM
+        and view.shape == (1, *shape)
+        and buf.shape[0] == 1
+        and view.offset[0] == Affine(0)
     ):
-        raise CodegenError(f"cannot view {buf.name} {view.shape} as {shape}")
-    new_shape: list[int] = []
-    new_dims: list[int | None] = []
-    src = iter(zip(bkeep, keep))
-    offsets: list[Affine] = []
-    for d in shape:
-        if d == 1:
-            new_shape.append(1)
-            offsets.append(Affine(0))
-            new_dims.append(None)
-        else:
-            b, v = next(src)
-            new_shape.append(buf.shape[b])
-            offsets.append(view.offset[v])
-            new_dims.append(b)
-    # Layouts never name axes of size 1 (ir/layout.py), so only axis numbers change.
-    renumber = {b: a for a, b in enumerate(new_dims) if b is not None}
-    dims = tuple(pd._replace(axis=renumber[pd.axis]) for pd in buf.layout.dims)
-    layout = lay.Layout(dims, buf.layout.contig)
-    alias = Buffer(buf.name, buf.dtype, tuple(new_shape), layout, MEM)
-    return View(alias, tuple(offsets), shape)
+        dims = tuple(pd._replace(axis=pd.axis - 1) for pd in buf.layout.dims)
+        alias = Buffer(buf.name, buf.dtype, buf.shape[1:], lay.Layout(dims, buf.layout.contig), MEM)
+        return View(alias, view.offset[1:], shape)
+    raise CodegenError(f"cannot view {buf.name} {view.shape} as {shape}")
 
 
 class _Emitter:

@@ -3,13 +3,14 @@
 The bound follows the value through the stages, as the kernel computes them (whatever the
 DP fused, every stage rounds to f32 once per element, in this order):
 - a Matmul head: ``coeff(K) * (|A| @ |B|)``, the matmul check's bound (harness/verify.py:
-  the smaller of Higham's worst case and the probabilistic ``10 sqrt(K) u``);
+  the smaller of Higham's worst case and the probabilistic ``10 sqrt(K) u``); a later
+  Matmul by C: the error so far times ``|C|``, plus ``coeff(K) * ((|v| + error) @ |C|)``;
 - ``+ b`` / ``* b``: the error so far (times ``|b|``), plus one rounding of the result;
 - an activation f: the error so far times f's largest slope (relu 1, silu 1.1, both
   GELUs 1.13; exp: ``exp(v) * expm1(e)``), plus f's own bound at the exact value
   (harness/row_reference.py) widened by the same relative amount.
-Inputs are uniform in ``[-a, a]`` with ``a = 3 / K^(1/4)`` so that pre-activations have a
-standard deviation near 3: both tails of every activation are exercised and exp stays
+Inputs are uniform in ``[-a, a]`` with ``a = 3 / K^(1/4)`` (a later Matmul's
+``sqrt(3 / K)``) so that pre-activations have a standard deviation near 3: both tails of every activation are exercised and exp stays
 far from f32 overflow at any K.
 """
 
@@ -34,22 +35,24 @@ from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages, param
 SLOPES = {"relu": 1.0, "silu": 1.1, "gelu_tanh": 1.13, "gelu_erf": 1.13}
 
 
-def input_range(kind: str, shapes: Mapping[str, tuple[int, ...]]) -> float:
-    """Half-width of the uniform inputs (module docstring)."""
-    stages = compose_stages(kind)
-    if stages is None or stages[0] != MATMUL:
-        return 3.0
-    k = shapes["lhs"][-1]
-    return 3.0 / k**0.25
+def input_range(name: str, shapes: Mapping[str, tuple[int, ...]]) -> float:
+    """Half-width of the uniform values of input `name` (module docstring)."""
+    if name == "lhs" or (name == "rhs" and "lhs" in shapes):
+        return 3.0 / shapes["lhs"][-1] ** 0.25
+    if name.startswith("rhs"):  # a later Matmul: keeps the running value's size (about 3)
+        return math.sqrt(3.0 / shapes[name][-2])
+    return 3.0
 
 
 def pipeline_inputs(
     kind: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, str], rng: Any
 ) -> dict[str, NDArray[np.float64]]:
     """float64 inputs exact in their dtypes, for every input operand of the pipeline."""
-    a = input_range(kind, shapes)
     return {
-        name: exact_in(rng.uniform(-a, a, size=shape), dtypes[name])
+        name: exact_in(
+            rng.uniform(-input_range(name, shapes), input_range(name, shapes), size=shape),
+            dtypes[name],
+        )
         for name, shape in shapes.items()
     }
 
@@ -76,6 +79,14 @@ def pipeline_reference(
         err = np.zeros_like(v)
         rest = stages
     for stage in rest:
+        if stage == MATMUL:  # err' = err @ |c| + the product's own rounding of |v| + err
+            c = inputs[next(names)]
+            k = int(c.shape[-2])
+            c = c.reshape(k, -1)
+            coeff = min(2.0 * k * U / (1.0 - k * U), 10.0 * math.sqrt(k) * U)
+            v, err = v @ c, err @ np.abs(c) + coeff * ((np.abs(v) + err) @ np.abs(c))
+            err = err + k * SUBNORMAL_ABS
+            continue
         if stage in BROADCAST_KINDS:
             b = inputs[next(names)]
             bb = b[None, :] if stage.endswith("_row") else b[:, None]

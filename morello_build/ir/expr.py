@@ -1,9 +1,10 @@
 """Pipeline expressions, written the way numpy users write them: ``gelu(x @ w + b)``.
 
 `parse_chain` turns the text plus the declared input shapes into a `Chain`: an optional
-matrix-product head, then elementwise stages applied in order to the running value. The
-synthesizer only fuses such chains, so anything else (two products, two matrices added,
-subtraction, constants) is rejected here, with the 1-based column of the token at fault,
+matrix-product head, then stages applied in order to the running value: elementwise ones,
+and products by further input matrices (``relu(x @ w1) @ w2``). The synthesizer only
+fuses such chains, so anything else (a product of two computed values, two matrices
+added, subtraction, constants) is rejected here, with the 1-based column of the token at fault,
 rather than later as an unexplained search failure.
 
 A hand-written tokenizer and recursive-descent parser (no ``eval``, no ``ast``) keeps the
@@ -26,6 +27,7 @@ from morello_build.ir.spec import (
     EXP,
     GELU_ERF,
     GELU_TANH,
+    MATMUL,
     MUL_COL,
     MUL_ROW,
     RELU,
@@ -40,10 +42,7 @@ FUNCTIONS: dict[str, str] = {
     **{k: k for k in (RELU, GELU_ERF, GELU_TANH, SILU, EXP, SOFTMAX)},
 }
 
-_ONE_PRODUCT = (
-    "only one matrix product per expression, at its start (chains of products are not "
-    "supported yet)"
-)
+_LATER_T = ".T is only supported on the first product's right side (x @ w.T @ v)"
 _TWO_MATRICES = "combines two matrices; one side must be a bias vector [n] or a column [rows, 1]"
 _TRANSPOSE = ".T (transpose) is only supported on an input right of @, as in x @ w.T"
 _BAD_CHAR = {
@@ -69,7 +68,8 @@ class ExprError(SpecError):
 
 @dataclass(frozen=True)
 class Stage:
-    """One elementwise step; `operand` names the broadcast input of add/mul, else None."""
+    """One step after the head: elementwise (`operand` names the broadcast input of
+    add/mul, else None) or a product by input matrix `operand` (kind ``matmul``)."""
 
     kind: str
     operand: str | None
@@ -278,15 +278,14 @@ class _Parser:
         return _Run(("input", v.name), False, (), (shape[0], shape[1]), v.span, 0)
 
     def matmul(self, tok: _Tok, lhs: _Value, rhs: _Value) -> _Run:
-        if isinstance(lhs, _Run) or isinstance(rhs, _Run):
-            if any(isinstance(v, _Run) and v.mm_col for v in (lhs, rhs)):
-                raise ExprError(_ONE_PRODUCT, tok.col)
-            computed = self.src(lhs if isinstance(lhs, _Run) else rhs)
+        if isinstance(rhs, _Run):
             raise ExprError(
-                f"{computed} is computed, not an input; the matrix product must come first, "
-                "on inputs (x @ w or x @ w.T)",
+                f"{self.src(rhs)} is computed, not an input; the right side of @ must be an "
+                "input matrix (x @ w, or x @ w.T at the start)",
                 tok.col,
             )
+        if isinstance(lhs, _Run):
+            return self.later_product(tok, lhs, rhs)
         for v in (lhs, rhs):
             if len(self.inputs[v.name]) != 2:
                 shape = self.inputs[v.name]
@@ -303,13 +302,28 @@ class _Parser:
         head = ("matmul", lhs.name, rhs.name)
         return _Run(head, rhs.transposed, (), (m, n), (lhs.span[0], rhs.span[1]), tok.col)
 
+    def later_product(self, tok: _Tok, run: _Run, rhs: _Ref) -> _Run:
+        """``running value @ input``: a Matmul stage (the chain goes on from its result)."""
+        shape = self.inputs[rhs.name]
+        if rhs.transposed:
+            raise ExprError(_LATER_T, tok.col)
+        if len(shape) != 2:
+            raise ExprError(f"'{rhs.name}' is a vector [{shape[0]}]; @ needs matrices", rhs.col)
+        (m, k), (k2, n) = run.shape, shape
+        if k != k2:
+            raise ExprError(
+                f"{self.src(run)} @ {rhs.name}: {self.src(run)} is {m}x{k} but {rhs.name} is "
+                f"{k2}x{n}; the inner dimensions {k} and {k2} differ",
+                tok.col,
+            )
+        stage = Stage(MATMUL, rhs.name)
+        return replace(run.then(stage, (run.span[0], rhs.span[1])), shape=(m, n), mm_col=tok.col)
+
     def combine(self, tok: _Tok, left: _Value, right: _Value) -> _Run:
         """``left op right``: one side is the running value, the other an input vector
         broadcast like numpy (a row [n], or a column [rows, 1] against a matrix); the
         operators commute, so either order works."""
         both = self.text[left.span[0] : right.span[1]]
-        if isinstance(left, _Run) and isinstance(right, _Run) and left.mm_col and right.mm_col:
-            raise ExprError(_ONE_PRODUCT, right.mm_col)
         pair = self.broadcast(left, right) or self.broadcast(right, left)
         if pair is None:
             raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
@@ -363,7 +377,9 @@ def chain_text(chain: Chain) -> str:
         text = chain.head[1]
     is_sum = False
     for stage in chain.stages:
-        if stage.operand is None:
+        if stage.kind == MATMUL:
+            text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}", False
+        elif stage.operand is None:
             text, is_sum = f"{stage.kind}({text})", False
         elif stage.kind in (ADD_ROW, ADD_COL):
             text, is_sum = f"{text} + {stage.operand}", True

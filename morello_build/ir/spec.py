@@ -166,18 +166,14 @@ _STAGES: dict[str, tuple[str, ...] | None] = {}
 
 def compose_stages(kind: str) -> tuple[str, ...] | None:
     """The stage kinds of a pipeline kind, head first; None for any other kind (or a
-    malformed one: fewer than two stages, a head that is neither Matmul nor elementwise,
-    a later stage that is not elementwise)."""
+    malformed one: fewer than two stages, a stage that is neither a Matmul nor
+    elementwise)."""
     found = _STAGES.get(kind, ())
     if found != ():
         return found
     stages: tuple[str, ...] | None = tuple(kind.split(STAGE_SEP))
     assert stages is not None
-    if (
-        len(stages) < 2
-        or (stages[0] != MATMUL and stages[0] not in ELEMENTWISE_KINDS)
-        or any(k not in ELEMENTWISE_KINDS for k in stages[1:])
-    ):
+    if len(stages) < 2 or any(k != MATMUL and k not in ELEMENTWISE_KINDS for k in stages):
         stages = None
     _STAGES[kind] = stages
     return stages
@@ -187,24 +183,68 @@ def is_compose(kind: str) -> bool:
     return STAGE_SEP in kind and compose_stages(kind) is not None
 
 
-def _compose_dims(stages: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
-    """Spec dims of a pipeline's operands: the head's inputs, one vector per broadcast
-    stage, the output [rows, n]."""
-    mm = stages[0] == MATMUL
-    rows, cols = (1, 3) if mm else (0, 1)
-    dims: list[tuple[int, ...]] = [(0, 1, 2), (0, 2, 3)] if mm else [(0, 1)]
-    for k in stages:
+class ComposeDims(NamedTuple):
+    """Where a pipeline's dims are in its spec shape.
+
+    A pipeline with a Matmul anywhere has a leading batch dim of 1 (the Matmul Specs its
+    stages become are batched); then the rows, the head Matmul's k, and one column dim per
+    Matmul (each later one multiplies the running value by a new ``[cols, n]`` input), or
+    for an elementwise head the columns of its input. `operands` are the spec dims of each
+    operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``,
+    or a Matmul's rhs ``[1, cols, n]``), the output ``[rows, last cols]``.
+    """
+
+    rank: int
+    rows: int
+    operands: tuple[tuple[int, ...], ...]
+    cols: tuple[int, ...]  # the column dim after each stage
+
+
+_COMPOSE_DIMS: dict[tuple[str, ...], ComposeDims] = {}
+
+
+def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
+    found = _COMPOSE_DIMS.get(stages)
+    if found is not None:
+        return found
+    batch = MATMUL in stages
+    rows = 1 if batch else 0
+    ops: list[tuple[int, ...]] = []
+    if stages[0] == MATMUL:
+        ops += [(0, rows, rows + 1), (0, rows + 1, rows + 2)]
+        col, nxt = rows + 2, rows + 3
+    else:
+        ops.append((rows, rows + 1))
+        col, nxt = rows + 1, rows + 2
+    cols = [col]
+    for i, k in enumerate(stages):
         if k in BROADCAST_KINDS:
-            dims.append((cols,) if _BROADCAST[k][1] == (1,) else (rows,))
-    dims.append((rows, cols))
-    return tuple(dims)
+            ops.append((col,) if _BROADCAST[k][1] == (1,) else (rows,))
+        elif k == MATMUL and i > 0:
+            ops.append((0, col, nxt))
+            col, nxt = nxt, nxt + 1
+        if i > 0:
+            cols.append(col)
+    ops.append((rows, col))
+    found = ComposeDims(nxt, rows, tuple(ops), tuple(cols))
+    _COMPOSE_DIMS[stages] = found
+    return found
 
 
 def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
+    """Operand names: lhs and rhs (or x), then b (or b1, b2, ...) per broadcast and rhs2,
+    rhs3, ... per later Matmul, in stage order, then out."""
     vectors = sum(k in BROADCAST_KINDS for k in stages)
-    names = ("b",) if vectors == 1 else tuple(f"b{i + 1}" for i in range(vectors))
-    head = ("lhs", "rhs") if stages[0] == MATMUL else ("x",)
-    return (*head, *names, "out")
+    names: list[str] = ["lhs", "rhs"] if stages[0] == MATMUL else ["x"]
+    nb, nm = 0, 1
+    for i, k in enumerate(stages):
+        if k in BROADCAST_KINDS:
+            nb += 1
+            names.append("b" if vectors == 1 else f"b{nb}")
+        elif k == MATMUL and i > 0:
+            nm += 1
+            names.append(f"rhs{nm}")
+    return (*names, "out")
 
 
 def stage_name(kind: str) -> str:
@@ -258,9 +298,17 @@ class LogicalSpec(NamedTuple):
             return self.volume
         stages = compose_stages(self.kind) if STAGE_SEP in self.kind else None
         if stages:
-            out = math.prod(self.operands[-1].shape)
-            head = 2 * self.volume if stages[0] == MATMUL else out
-            return head + out * (len(stages) - 1)
+            dims = compose_dims(stages)
+            rows = self.shape[dims.rows]
+            flops, k = 0, self.shape[dims.rows + 1] if stages[0] == MATMUL else 0
+            for i, stage in enumerate(stages):
+                cols = self.shape[dims.cols[i]]
+                if stage == MATMUL:
+                    k = self.shape[dims.cols[i - 1]] if i else k
+                    flops += 2 * rows * k * cols
+                else:
+                    flops += rows * cols
+            return flops
         return 0
 
     def name(self) -> str:
@@ -331,7 +379,7 @@ def dim_maps(kind: str, rank: int) -> tuple[tuple[int, ...], ...]:
         elif kind in ROW_KINDS:
             found = ROW_KINDS[kind].dims
         elif STAGE_SEP in kind and (stages := compose_stages(kind)):
-            found = _compose_dims(stages)
+            found = compose_dims(stages).operands
         elif kind == MOVE:
             found = (ident, ident)
         else:

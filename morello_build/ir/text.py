@@ -58,8 +58,8 @@ def _compose_kind(name: str) -> str:
     kind = sp.compose_kind(tuple(stages))
     if sp.compose_stages(kind) is None:
         raise SpecError(
-            f"{name}: a pipeline is a Matmul or elementwise head, then at least one "
-            "elementwise stage (an activation or a broadcast add/multiply)"
+            f"{name}: a pipeline has at least two stages, each a Matmul or elementwise "
+            "(an activation or a broadcast add/multiply)"
         )
     return kind
 
@@ -177,14 +177,25 @@ def parse_spec(text: str) -> sp.LogicalSpec:
     shape = parse_dims(parts[0])
     stages = sp.compose_stages(kind) if sp.STAGE_SEP in kind else None
     mm_head = kind == sp.MATMUL or (stages is not None and stages[0] == sp.MATMUL)
-    if mm_head:
+    if kind == sp.MATMUL:
         if len(shape) == 3:
             shape = (1, *shape)
         if len(shape) != 4:
             raise SpecError(f"{name}: shape must be MxKxN or BxMxKxN, got {parts[0]!r}")
-        if stages is not None and shape[0] != 1:
+    if stages is not None:
+        dims = sp.compose_dims(stages)
+        batch = sp.MATMUL in stages
+        if batch and len(shape) == dims.rank - 1:
+            shape = (1, *shape)
+        if len(shape) != dims.rank:
+            want = dims.rank - 1 if batch else dims.rank
+            raise SpecError(
+                f"{name}: shape must have {want} dims (rows, then "
+                f"{'k and ' if mm_head else ''}each stage's columns), got {parts[0]!r}"
+            )
+        if batch and shape[0] != 1:
             raise SpecError(f"{name}: a pipeline's matmul has no batch dim (B must be 1)")
-    if (kind in sp.ROW_KINDS or (stages and not mm_head)) and len(shape) != 2:
+    if kind in sp.ROW_KINDS and len(shape) != 2:
         raise SpecError(f"{name}: shape must be ROWSxN, got {parts[0]!r}")
     roles = sp.param_names(kind)
     want = len(roles)
@@ -195,7 +206,9 @@ def parse_spec(text: str) -> sp.LogicalSpec:
         parse_tensor(p, s, f"{name} operand {r}") for p, s, r in zip(parts[1:], shapes, roles)
     )
     _check_dtypes(kind, name, operands)
-    macs = math.prod(shape) if mm_head else 0
+    macs = math.prod(shape) if kind == sp.MATMUL else 0
+    if stages is not None:
+        macs = sp.LogicalSpec(kind, False, shape, (), False).flops() // 2
     problem = size_problem(shapes, [o.dtype.size for o in operands], macs)
     if problem:
         raise SpecError(f"{name}: {with_doc(problem)}")

@@ -38,6 +38,38 @@ def morello(*args, env=None):
         ),
         (["synth", "Matmul(4x4x4"], "malformed spec"),
         (["synth", "Conv(4x4x4)"], "unknown spec kind 'Conv'"),
+        # Pipelines: the expression's column, the inputs' order and use, what is unsupported.
+        (
+            ["synth", "gleu(x @ w + b)", "--inputs", "x=8x32,w=32x24,b=24"],
+            "expr col 1: unknown function 'gleu'; did you mean 'gelu'?",
+        ),
+        (
+            ["synth", "relu(x @ w + b)", "--inputs", "x=8x32,w=31x24,b=24"],
+            "expr col 8: x @ w: x is 8x32 but w is 31x24; the inner dimensions 32 and 31 differ",
+        ),
+        (
+            ["synth", "relu(x @ w + b)", "--inputs", "b=24,x=8x32,w=32x24"],
+            "declare the inputs in the order the kernel takes them, x, w, b",
+        ),
+        (
+            ["synth", "relu(x @ w)", "--inputs", "x=8x32,w=32x24,b=24"],
+            "input 'b' is declared but not used",
+        ),
+        (["synth", "relu(x @ w)", "--inputs", "x=8x32,w"], "--inputs: malformed item 'w'"),
+        (["synth", "relu(x @ w)", "--inputs", "x=8x32,x=8x3"], "input 'x' is declared twice"),
+        (
+            ["synth", "softmax(x @ w)", "--inputs", "x=8x32,w=32x24"],
+            "softmax inside a pipeline is not supported yet",
+        ),
+        (
+            ["synth", "x @ w @ v", "--inputs", "x=8x32,w=32x24,v=24x8", "--dtype", "bf16"],
+            "with bf16 inputs a pipeline may have one matrix product",
+        ),
+        (
+            ["synth", "relu(x @ w)", "--inputs", "x=8x32,w=32x24", "--layout-b", "col"],
+            "do not apply to a pipeline (write w.T)",
+        ),
+        (["synth", "x @ w", "--inputs", "x=8x32,w=32x24"], "a single operation is not a pipeline"),
         (["synth", "matmul", "8x8x8", "--target", "avx9"], "unknown target 'avx9'"),
         (["bench", "matmul", "8x8x8", "--min-time", "-1"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--min-time", "nan"], "--min-time must be a positive"),

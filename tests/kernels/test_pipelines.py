@@ -42,11 +42,11 @@ def test_text_round_trips_and_names_the_stages() -> None:
     ("text", "words"),
     [
         (_text("Matmul,Gleu", "8x8x8", F, F, F), "unknown stage 'Gleu'"),
-        (_text("Relu,Matmul", "8x8", F, F), "a pipeline is a Matmul or elementwise head"),
-        (_text("Matmul", "8x8x8", F, F, F), "a pipeline is a Matmul or elementwise head"),
+        (_text("Relu,Matmul", "8x8", F, F, F), "shape must have 3 dims"),
+        (_text("Matmul", "8x8x8", F, F, F), "a pipeline has at least two stages"),
         (_text("Matmul,Relu", "2x8x8x8", F, F, F), "B must be 1"),
         (_text("Matmul,AddRow", "8x8x8", F, F, "bf16:GL:row", F), "operand b must be f32"),
-        (_text("AddRow,Relu", "8x8x8", F, F, F), "shape must be ROWSxN"),
+        (_text("AddRow,Relu", "8x8x8", F, F, F), "shape must have 2 dims"),
     ],
 )
 def test_malformed_pipelines_are_named(text: str, words: str) -> None:
@@ -60,6 +60,11 @@ PIPELINES = [
     _text("Matmul,GeluTanh", "1x1x64x48", F, "f32:GL:col", F),  # x @ w.T, one row
     _text("Matmul,MulRow,AddCol,Exp", "1x8x16x24", "bf16:GL:row", "bf16:GL:row", F, F, F),
     _text("MulCol,Silu", "5x19", F, F, F),  # no matmul: elementwise stages only
+    # Matmul stages: chains of products, an epilogue between them, an elementwise head.
+    _text("Matmul,Matmul", "1x16x16x16x16", F, F, F, F),  # equal dims: k, n1, n2 all 16
+    _text("Matmul,AddRow,Relu,Matmul", "1x7x32x24x10", F, F, F, F, F),
+    _text("Matmul,Matmul,Matmul", "1x5x12x20x7x9", F, "f32:GL:col", F, F, F),
+    _text("AddCol,Matmul,Silu", "1x8x16x24", F, F, F, F),
 ]
 
 

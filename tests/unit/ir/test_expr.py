@@ -25,6 +25,7 @@ INPUTS: dict[str, tuple[int, ...]] = {
     "y": (64, 3072),
     "v": (768, 10),
     "s": (3072,),
+    "b10": (10, 5),
 }
 XW = ("matmul", "x", "w")
 
@@ -41,6 +42,21 @@ def chain(
 
 
 ACCEPTED = [
+    # Products by further inputs: Matmul stages.
+    (
+        "relu(x @ w) @ wt",
+        chain(
+            XW, Stage(sp.RELU, None), Stage(sp.MATMUL, "wt"), shape=(64, 768), used=("x", "w", "wt")
+        ),
+    ),
+    (
+        "x @ v @ b10",
+        chain(("matmul", "x", "v"), Stage(sp.MATMUL, "b10"), shape=(64, 5), used=("x", "v", "b10")),
+    ),
+    (
+        "(x + c) @ w",
+        chain(("input", "x"), Stage(sp.ADD_COL, "c"), Stage(sp.MATMUL, "w"), used="xwc"),
+    ),
     (
         "gelu(x @ w + b)",
         chain(XW, Stage(sp.ADD_ROW, "b"), Stage(sp.GELU_ERF, None), used="xwb"),
@@ -149,12 +165,12 @@ def test_expr_error_is_a_spec_error_with_its_column() -> None:
 REJECTED = [
     ("gleu(x @ w + b)", 1, "unknown function 'gleu'; did you mean 'gelu'?"),
     ("frobnicate(x @ w)", 1, "unknown function 'frobnicate'"),
-    ("relu(x @ w + q)", 14, "unknown input 'q' (declared: x, w, b, wt, c, y, v, s)"),
-    ("x @ w @ v", 7, "only one matrix product per expression, at its start"),
-    ("(x @ w) @ v", 9, "only one matrix product per expression"),
-    ("x @ w + x @ v", 11, "only one matrix product per expression"),
-    ("(x + c) @ w", 9, "(x + c) is computed, not an input"),
-    ("relu(x) @ w", 9, "relu(x) is computed, not an input"),
+    ("relu(x @ w + q)", 14, "unknown input 'q' (declared: x, w, b, wt, c, y, v, s, b10)"),
+    ("x @ w @ v", 7, "x @ w @ v: x @ w is 64x3072 but v is 768x10; the inner dimensions"),
+    ("(x @ w) @ v", 9, "the inner dimensions 3072 and 768 differ"),
+    ("x @ w + x @ v", 7, "combines two matrices"),
+    ("x @ relu(x)", 3, "relu(x) is computed, not an input; the right side of @ must be an"),
+    ("relu(x @ w) @ wt.T", 13, ".T is only supported on the first product's right side"),
     ("x + y", 3, "x + y combines two matrices; one side must be a bias vector [n] or a column"),
     ("x * x", 3, "x * x combines two matrices"),
     ("x @ w + y", 7, "x @ w + y combines two matrices"),
