@@ -21,6 +21,7 @@ from morello_build.integration.config import (
     TUNES,
     ConfigError,
     MorelloConfig,
+    expr_declaration,
     load_config,
     resolve_targets,
 )
@@ -66,6 +67,11 @@ def _parse_tune(text: str | None) -> str | None:
 def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloConfig | None]:
     override = _parse_isa_list(args.target) if args.target else None
     tune_override = _parse_tune(args.tune)
+    if args.expr is not None:
+        return [_expr_request(args, override, tune_override)], None
+    for option in ("inputs", "dtype", "threads"):
+        if getattr(args, option) is not None:
+            raise ConfigError(f"--{option}: only with --expr (a pipeline)")
     if args.spec is not None:
         if args.config is not None:
             raise ConfigError("give either --config or --spec, not both")
@@ -124,6 +130,55 @@ def _requests(args: argparse.Namespace) -> tuple[list[KernelRequest], MorelloCon
         for d in decls
     ]
     return reqs, cfg
+
+
+def _expr_request(
+    args: argparse.Namespace, override: tuple[str, ...] | None, tune_override: str | None
+) -> KernelRequest:
+    """The request of `generate --expr EXPR --inputs x=8x16,... --name NAME`: a pipeline
+    declared on the command line, checked as a declaration file's `expr` and `inputs` are
+    (messages named by `--where`, else by `--expr (NAME)`)."""
+    if args.config is not None or args.spec is not None:
+        raise ConfigError(f"give one of --config, --spec or --expr, not {_given(args)}")
+    if not args.name:
+        raise ConfigError("--expr needs --name (the C function name)")
+    name = check_kernel_name(args.name, "--name")
+    where = args.where or f"--expr ({name})"
+    if args.inputs is None:
+        raise ConfigError(
+            f"{where}: --inputs: missing (the shape of each input of the expression, in the "
+            "order the kernel takes them, e.g. x=64x768,w=768x3072,b=3072)"
+        )
+    from morello_build.cli import parse_inputs
+
+    try:
+        inputs = parse_inputs(args.inputs)
+    except MorelloError as exc:
+        raise ConfigError(f"{where}: {first_line(exc)}") from None
+    isas_declared = override or ("native",)
+    decl = expr_declaration(
+        name,
+        args.expr,
+        inputs,
+        where=where,
+        targets=isas_declared,
+        dtype=args.dtype,
+        threads=args.threads,
+        tune=tune_override,
+    )
+    return KernelRequest(
+        name=name,
+        isas=resolve_targets(isas_declared),
+        decl=decl,
+        where=where,
+        tune=decl.resolved_tune(),
+    )
+
+
+def _given(args: argparse.Namespace) -> str:
+    return " and ".join(
+        f"--{o}" for o in ("config", "spec", "expr") if getattr(args, o) is not None
+    )
 
 
 class _ArgError(Exception):
@@ -192,9 +247,27 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "'softmax|relu|gelu|gelu_tanh|silu|exp|max|sum|add_row|add_col|mul_row|mul_col ROWSxN "
         "[--dtype bf16]'",
     )
-    p.add_argument("--name", help="C function name for --spec")
+    p.add_argument(
+        "--expr",
+        help="synthesize this pipeline instead of a config's kernels, e.g. 'gelu(x @ w + b)' "
+        "(as a declaration's expr; needs --inputs and --name)",
+    )
+    p.add_argument(
+        "--inputs",
+        metavar="NAME=SHAPE,...",
+        help="with --expr: each input's shape, in the order the kernel takes them, e.g. "
+        "x=64x768,w=768x3072,b=3072",
+    )
+    p.add_argument(
+        "--dtype",
+        help="with --expr: the type of the matrix inputs, f32 or bf16 [default: f32]",
+    )
+    p.add_argument(
+        "--threads", type=int, help="with --expr: threads the kernel may use [default: 1]"
+    )
+    p.add_argument("--name", help="C function name for --spec or --expr")
     p.add_argument("--schedule", help="module:function hand schedule for --spec")
-    p.add_argument("--where", help=argparse.SUPPRESS)  # names a --spec kernel in errors
+    p.add_argument("--where", help=argparse.SUPPRESS)  # names a --spec/--expr kernel in errors
     p.add_argument(
         "--cmake-info",
         metavar="FILE",
@@ -279,7 +352,9 @@ def generate_main(argv: Sequence[str] | None = None, *, prog: str = "morello gen
             compiler=args.cc,
             jobs=args.jobs,
         )
-        write_outputs(out_dir, outputs, full=not args.kernel and args.spec is None)
+        write_outputs(
+            out_dir, outputs, full=not args.kernel and args.spec is None and args.expr is None
+        )
         return 0
 
     return run_reporting_errors(prog, out_dir, body)

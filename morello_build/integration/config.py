@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,22 +26,30 @@ from morello_build.integration.config_model import (
     LAYOUTS,
     MAX_THREADS,
     OPS,
+    PIPELINE,
     ROW_OPS,
     TABLE_PLACEHOLDER,
     TARGETS,
     TUNES,
+    Alternative,
     KernelTable,
+    ModelKey,
     MorelloTable,
     conforms,
+    entry_info,
+    entry_type,
     expected_text,
     key_variant,
     missing_text,
     model_keys,
     only_with_problem,
+    pipeline_matrices,
     row_operand_shapes,
     row_params,
     toml_repr,
+    type_args,
 )
+from morello_build.ir.expr import Chain, parse_chain
 from morello_build.ir.sizes import LIMITS_DOC, MAX_DIM
 from morello_build.names import kernel_name_problem, show_name
 
@@ -55,6 +64,7 @@ __all__ = [
     "LAYOUTS",
     "MAX_THREADS",
     "OPS",
+    "PIPELINE",
     "ROW_OPS",
     "TARGETS",
     "TUNES",
@@ -62,6 +72,7 @@ __all__ = [
     "KernelDecl",
     "MorelloConfig",
     "decl_operands",
+    "expr_declaration",
     "isa_ident",
     "load_config",
     "parse_config",
@@ -77,11 +88,12 @@ class ConfigError(MorelloError):
 @dataclass(frozen=True)
 class KernelDecl:
     """One declared kernel, validated and normalized: a matmul's shape always has the batch
-    dim; a row op (`ROW_OPS`) keeps the matmul-only fields at their defaults."""
+    dim; a row op (`ROW_OPS`) and a pipeline (`expr`) keep the matmul-only fields at their
+    defaults."""
 
     name: str
-    op: str  # "matmul" or one of ROW_OPS, as declared ("gelu" stays "gelu")
-    shape: tuple[int, ...]  # matmul: (b, m, k, n); a row op: (rows, n)
+    op: str  # "matmul", one of ROW_OPS as declared ("gelu" stays "gelu"), or PIPELINE
+    shape: tuple[int, ...]  # matmul: (b, m, k, n); a row op: (rows, n); a pipeline: out's
     dtype: str  # input dtype: "f32" or "bf16"; the output is f32
     layouts: tuple[str, str, str]  # lhs, rhs, out: "row" | "col"
     accumulate: bool
@@ -90,6 +102,9 @@ class KernelDecl:
     schedule: str | None
     batched: bool = False  # declared with 4 dims: operand shapes keep the batch dim
     tune: str | None = None  # as declared (one of TUNES) or None; see resolve_tune
+    expr: str | None = None  # a pipeline's expression, as declared
+    #: A pipeline's inputs, (name, shape) in declaration order (the kernel's argument order).
+    inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def resolved_tune(self, targets: tuple[str, ...] | None = None) -> str:
         """The tuning to synthesize with for these targets (default: the declared ones)."""
@@ -101,6 +116,17 @@ class KernelDecl:
     @property
     def is_row_op(self) -> bool:
         return self.op in ROW_OPS
+
+    @property
+    def is_pipeline(self) -> bool:
+        """Declared by `expr` over `inputs`: several operations fused into one kernel."""
+        return self.op == PIPELINE
+
+    def chain(self) -> Chain:
+        """A pipeline's parsed expression (checked when the declaration was loaded)."""
+        if self.expr is None:
+            raise ValueError(f"{self.name}: not a pipeline")
+        return parse_chain(self.expr, dict(self.inputs))
 
     @property
     def is_broadcast(self) -> bool:
@@ -116,8 +142,12 @@ class KernelDecl:
 
     def spec_text(self) -> str:
         """The Spec text for this kernel (asks the synthesizer's API, imported lazily)."""
-        from morello_build.api import matmul_spec_text, row_spec_text
+        from morello_build.api import matmul_spec_text, pipeline_spec_text, row_spec_text
 
+        if self.expr is not None:
+            return pipeline_spec_text(
+                self.expr, dict(self.inputs), dtype=self.dtype, threads=self.threads
+            )
         if self.is_row_op:
             rows, n = self.shape
             return row_spec_text(self.kind, rows, n, dtype=self.dtype, threads=self.threads)
@@ -272,18 +302,27 @@ def _check_table(
     the earlier keys' values, its type and allowed values, then its rules) before the next,
     so the first problem reported is the same whatever else is wrong; `err(key, message)`
     is raised for it. A key with variants is checked as the earlier keys' values choose
-    (`shape` of a row op). Values stay as parsed (lists, not tuples).
+    (`shape` of a row op). A table in an alternative form (`expr` given: a pipeline) has
+    that form's keys (`inputs`) and none of those it replaces (`op`, `shape`, ...; a
+    required one among them is None). Values stay as parsed (lists, not tuples).
     """
     keys = model_keys(model)
     names = [k.name for k in keys]
     for name in table:
         if name not in names:
             raise err(name, f"unknown key (expected one of: {', '.join(names)})")
-    checks = [(max(names.index(n) for n in c.keys), c) for c in model.CHECKS]
+    chosen = [a for a in model.ALTERNATIVES if a.key in table]
+    replaced = {n for a in chosen for n in a.replaced}
+    checks = [
+        (max(names.index(n) for n in c.keys), c)
+        for c in model.CHECKS
+        if not replaced.intersection(c.keys)
+    ]
     values: dict[str, Any] = {}
     for position, k in enumerate(keys):
         if k.name in table:
-            problem = only_with_problem(k, values)
+            problem = _alternative_problem(k.name, model.ALTERNATIVES, table)
+            problem = problem or only_with_problem(k, values)
             if problem:
                 raise err(k.name, problem)
         k = key_variant(k, values)
@@ -291,32 +330,81 @@ def _check_table(
             if k.name == group[0] and all(n in table for n in group):
                 raise err(group[-1], f"give either {' or '.join(group)}, not both")
         if k.name not in table:
-            if k.required:
+            needed = k.required and k.name not in replaced
+            if needed or any(k.name in a.with_keys for a in chosen):
                 raise err(k.name, missing_text(k).replace(TABLE_PLACEHOLDER, kernel_table))
-            values[k.name] = k.default
+            values[k.name] = None if k.required else k.default
         else:
             value = table[k.name]
-            if not conforms(value, k.type, k.info):
-                expected = expected_text(k).replace(TABLE_PLACEHOLDER, kernel_table)
-                raise err(k.name, f"expected {expected}, got {toml_repr(value)}")
-            if k.info.nonempty and not value:
-                raise err(k.name, missing_text(k).replace(TABLE_PLACEHOLDER, kernel_table))
-            for rule in k.info.rules:
-                problem = rule.problem(value)
-                if problem:
-                    raise err(k.name, problem)
+            wrong = _value_problem(k, value, kernel_table)
+            if wrong:
+                raise err(*wrong)
             values[k.name] = value
         for last_input, check in checks:
             if last_input == position:
-                problem = check.problem(values)
-                if problem:
-                    raise err(check.report, problem)
+                found = check.problem(values)
+                if found:
+                    raise err(*found) if isinstance(found, tuple) else err(check.report, found)
     return values
 
 
+def _alternative_problem(
+    name: str, alternatives: Sequence[Alternative], table: Mapping[str, Any]
+) -> str | None:
+    """Why key `name` may not be given in `table` given its `alternatives` (None: it may)."""
+    for a in alternatives:
+        if name in a.replaced and a.key in table:
+            return f"cannot be combined with {a.key} ({a.note})"
+        if name in a.with_keys and a.key not in table:
+            return f"only with {a.key} ({a.note})"
+    return None
+
+
+def _value_problem(k: ModelKey, value: Any, kernel_table: str) -> tuple[str, str] | None:
+    """(where, message) of what is wrong with the given `value` of `k` (None: nothing):
+    its type and allowed values, emptiness, then its rules. A table's entries are judged
+    one by one, each reported under `key.entry`."""
+    entry = next((e for e in map(entry_type, type_args(k.type)) if e is not None), None)
+    if entry is not None and isinstance(value, dict):
+        info = entry_info(k.info)
+        for name, v in value.items():
+            where = f"{k.name}.{_toml_key(name)}"
+            if not conforms(v, entry, info):
+                expected = expected_text(ModelKey(where, entry, None, info))
+                return where, f"expected {expected}, got {toml_repr(v)}"
+            for rule in info.rules:
+                problem = rule.problem(v)
+                if problem:
+                    return where, problem
+    if not conforms(value, k.type, k.info):
+        expected = expected_text(k).replace(TABLE_PLACEHOLDER, kernel_table)
+        return k.name, f"expected {expected}, got {toml_repr(value)}"
+    if k.info.nonempty and not value:
+        return k.name, missing_text(k).replace(TABLE_PLACEHOLDER, kernel_table)
+    for rule in k.info.rules:
+        problem = rule.problem(value)
+        if problem:
+            return k.name, problem
+    return None
+
+
+def _toml_key(name: str) -> str:
+    """`name` as TOML writes a key: bare when it can be, else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else show_name(name)
+
+
 def _frozen(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Checked values as the model holds them: TOML arrays become tuples."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    """Checked values as the model holds them: TOML arrays become tuples, tables read-only
+    mappings (of frozen values)."""
+    return {k: _freeze(v) for k, v in values.items()}
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    return value
 
 
 def _parse_kernel(
@@ -333,6 +421,37 @@ def _parse_kernel(
     return KernelTable(**_frozen(_check_table(table, KernelTable, err, kernel_table)))
 
 
+def expr_declaration(
+    name: str,
+    expr: str,
+    inputs: Mapping[str, tuple[int, ...]],
+    *,
+    where: str,
+    targets: tuple[str, ...] = ("native",),
+    dtype: str | None = None,
+    threads: int | None = None,
+    tune: str | None = None,
+) -> KernelDecl:
+    """The declaration of a pipeline given outside a declaration file (`morello generate
+    --expr`, CMake's `morello_add_kernel(... EXPR ...)`): checked as the `[[kernel]]` table
+    with these keys is, each message prefixed with `where` instead of the file and kernel."""
+    table: dict[str, Any] = {
+        "name": name,
+        "expr": expr,
+        "inputs": {n: list(shape) for n, shape in inputs.items()},
+    }
+    if dtype is not None:
+        table["dtype"] = dtype
+    if threads is not None:
+        table["threads"] = threads
+
+    def err(key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{where}: {key}: {msg}")
+
+    values = _check_table(table, KernelTable, err, "[[kernel]]")
+    return _declaration(KernelTable(**_frozen(values)), targets, tune)
+
+
 def _targets(target: str | tuple[str, ...]) -> tuple[str, ...]:
     return (target,) if isinstance(target, str) else target
 
@@ -342,6 +461,24 @@ def _declaration(
 ) -> KernelDecl:
     """The normalized declaration of a checked kernel table."""
     targets = _targets(table.target) if table.target is not None else default_targets
+    if table.expr is not None:
+        assert table.inputs is not None  # the loader requires inputs with expr
+        inputs = tuple((name, tuple(shape)) for name, shape in table.inputs.items())
+        return KernelDecl(
+            name=table.name,
+            op=PIPELINE,
+            shape=parse_chain(table.expr, dict(inputs)).shape,
+            dtype=table.dtype,
+            layouts=("row", "row", "row"),
+            accumulate=False,
+            threads=table.threads,
+            targets=targets,
+            schedule=None,
+            tune=table.tune or default_tune,
+            expr=table.expr,
+            inputs=inputs,
+        )
+    assert table.shape is not None  # required without expr
     if table.op in ROW_OPS:
         return KernelDecl(
             name=table.name,
@@ -375,11 +512,29 @@ def _declaration(
 
 def decl_operands(decl: KernelDecl) -> tuple[OperandABI, ...]:
     """The C operands a kernel built from `decl` must have: (lhs, rhs, out) of a matmul,
-    (x, out) of a row op, (x, b, out) of a broadcast one (b f32, `[n]` or `[rows]`).
+    (x, out) of a row op, (x, b, out) of a broadcast one (b f32, `[n]` or `[rows]`), a
+    pipeline's inputs as declared (names and shapes; the matrix inputs of `dtype`, vectors
+    f32) then out, f32 `[rows, n]`.
 
     Known before synthesis, so CMake and the Python module generator can emit prototypes at
-    configure time; generate checks the synthesized kernel against it.
+    configure time; generate checks the synthesized kernel against it (by the memory each
+    operand occupies: a pipeline's kernel names and shapes them its own way).
     """
+    if decl.expr is not None:
+        chain = decl.chain()
+        matrices = pipeline_matrices(chain)
+        operands = [
+            OperandABI(
+                name=name,
+                shape=shape,
+                dtype=decl.dtype if name in matrices else "f32",
+                order=tuple(range(len(shape))),
+                role="in",
+            )
+            for name, shape in decl.inputs
+        ]
+        out = OperandABI(name="out", shape=chain.shape, dtype="f32", order=(0, 1), role="out")
+        return (*operands, out)
     if decl.is_row_op:
         rows, n = decl.shape
         shapes = row_operand_shapes(decl.op, rows, n)

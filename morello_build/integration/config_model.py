@@ -10,7 +10,9 @@ one place. Field names are the TOML keys, in the order the loader checks and lis
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import keyword
 import re
 import types
 import typing
@@ -18,7 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from morello_build.errors import SpecError
 from morello_build.integration.op_names import ROW_SHORTHANDS
+from morello_build.ir.expr import FUNCTIONS, Chain, ExprError, parse_chain
 from morello_build.ir.sizes import (
     LIMITS_DOC,
     MAX_DIM,
@@ -27,7 +31,7 @@ from morello_build.ir.sizes import (
     size_problem,
     with_doc,
 )
-from morello_build.ir.spec import ROW_KINDS
+from morello_build.ir.spec import MATMUL, ROW_KINDS
 from morello_build.machine.isa import ISAS
 from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.names import MAX_NAME_LENGTH, kernel_name_problem, show_name
@@ -61,6 +65,8 @@ ROW_OPS: tuple[str, ...] = tuple(ROW_SHORTHANDS)
 #: `[rows]` along each row (`*_col`).
 BROADCAST_OPS: tuple[str, ...] = tuple(op for op in ROW_OPS if row_params(op) == ("x", "b", "out"))
 OPS: tuple[str, ...] = ("matmul", *ROW_OPS)
+#: The `op` of a kernel declared by `expr` (a pipeline); not a value `op` may take.
+PIPELINE = "pipeline"
 #: Supported (lhs, rhs, out) dtype triples and the input dtype each one means.
 DTYPE_TRIPLES: dict[tuple[str, str, str], str] = {
     ("f32", "f32", "f32"): "f32",
@@ -100,14 +106,35 @@ class Rule:
     schema: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: What a `Check` finds: None, a message (reported under the check's `report` key), or a
+#: (where, message) pair reported under `where` instead: another key, or a finer place
+#: such as `expr col 9`.
+Problem = str | tuple[str, str] | None
+
+
 @dataclass(frozen=True)
 class Check:
     """A rule over several keys of one table, run as soon as the last of `keys` (in field
-    order) has passed its own checks; a message is reported under `report`."""
+    order) has passed its own checks; a message is reported under `report`. A check that
+    reads a key an `Alternative` replaces is not run when that alternative is given."""
 
     keys: tuple[str, ...]
     report: str
-    problem: Callable[[Mapping[str, Any]], str | None]
+    problem: Callable[[Mapping[str, Any]], Problem]
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A second form of a table, chosen by giving `key`: the keys `with_keys` come with it
+    (required then, refused without it) and `replaced` may not be given (those of them
+    that are required are not). `label` names the form ("a pipeline"), `note` says in a
+    message why the keys go together."""
+
+    key: str
+    with_keys: tuple[str, ...]
+    replaced: tuple[str, ...]
+    label: str
+    note: str
 
 
 @dataclass(frozen=True)
@@ -140,11 +167,15 @@ class Key:
     only_with: tuple[str, tuple[str, ...]] | None = None
     #: Other forms of the key, chosen by the value of an earlier key (e.g. `shape` of a row op).
     variants: tuple[Variant, ...] = ()
+    #: The entries of a table-typed key (`Mapping[str, X]`): their expected phrase, bounds
+    #: and rules; the key's own `rules` see the whole table.
+    entries: Key | None = None
 
 
 @dataclass(frozen=True)
 class Variant:
-    """The key as it is when the earlier key `on` has one of `values`: `key` replaces the
+    """The key as it is when the earlier key `on` has one of `values` (with `given`: when
+    `on` is given at all, whatever its value; `values` is then empty): `key` replaces the
     key's metadata (its type stays) for the loader, the schema and the docs, which name
     those values `label` ("a row op")."""
 
@@ -152,6 +183,13 @@ class Variant:
     values: tuple[str, ...]
     label: str
     key: Key
+    given: bool = False
+
+    def applies(self, values: Mapping[str, Any]) -> bool:
+        """Whether the earlier keys' checked `values` choose this variant."""
+        if self.given:
+            return values.get(self.on) is not None
+        return values.get(self.on) in self.values
 
 
 #: The default of a required key.
@@ -221,6 +259,124 @@ def _size_problem(values: Mapping[str, Any]) -> str | None:
     return f"{toml_repr(shape)}: {with_doc(too_big)}" if too_big else None
 
 
+#: What an input of a pipeline may be called: an identifier `expr` can name.
+_INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Names an input may not have: the output's, and Python's keywords (the Python function
+#: takes the inputs as keyword arguments).
+_RESERVED_INPUT_NAMES = ("out", *keyword.kwlist)
+_INPUTS_EXAMPLE = "{ x = [64, 768], w = [768, 3072], b = [3072] }"
+
+
+def _input_names_problem(value: Mapping[str, Any]) -> str | None:
+    for name in value:
+        shown = show_name(name)
+        if not _INPUT_NAME.match(name):
+            return (
+                f"input name {shown} is not an identifier (expected a letter or _, then "
+                "letters, digits or _)"
+            )
+        if len(name) > MAX_NAME_LENGTH:
+            return f"input name {shown} is longer than {MAX_NAME_LENGTH} characters"
+        if name == "out":
+            return 'input name "out" is the output\'s; choose another name'
+        if keyword.iskeyword(name):
+            return f"input name {shown} is a Python keyword; choose another name"
+    return None
+
+
+def pipeline_operands(chain: Chain) -> tuple[str, ...]:
+    """The inputs of `chain` in the order its kernel takes them: the matrix product's lhs
+    and rhs (or the first stage's input), then each broadcast stage's vector, in the order
+    the stages apply (what `api.pipeline_spec_text` requires of the declaration order)."""
+    return (*chain.head[1:], *(s.operand for s in chain.stages if s.operand is not None))
+
+
+def pipeline_matrices(chain: Chain) -> tuple[str, ...]:
+    """The inputs `dtype` applies to: the (first) matrix product's two, or the first
+    stage's one (every other input and out are f32, as `api.pipeline_spec_text` says)."""
+    return tuple(chain.head[1:])
+
+
+def _single_op_hint(chain: Chain, inputs: Mapping[str, tuple[int, ...]]) -> str:
+    """How to declare the one operation `chain` is, with `op` and `shape`."""
+    rows, n = chain.shape
+    if chain.head[0] == "matmul":
+        k = inputs[chain.head[1]][1]
+        layouts = ', layouts = ["row", "col", "row"]' if chain.rhs_transposed else ""
+        return f"shape = [{rows}, {k}, {n}]{layouts}"
+    kind = chain.stages[0].kind
+    op = next(name for name, k in ROW_SHORTHANDS.items() if k == kind)
+    return f'op = "{op}", shape = [{rows}, {n}]'
+
+
+def _pipeline_problem(values: Mapping[str, Any]) -> Problem:
+    """What `api.pipeline_spec_text` and the synthesizer would refuse in `expr` over
+    `inputs`, said in the declaration's words: a parse error at its column (`expr col N`),
+    inputs unused, used twice or declared out of the kernel's order, a single operation,
+    operands too large."""
+    expr = values["expr"]
+    if expr is None:
+        return None
+    inputs = {name: tuple(shape) for name, shape in values["inputs"].items()}
+    try:
+        chain = parse_chain(expr, inputs)
+    except ExprError as exc:
+        message = " ".join(exc.message.split())  # one line, even for a multi-line expr
+        return (f"expr col {exc.col}" if exc.col else "expr", message)
+    order = pipeline_operands(chain)
+    twice = next((name for name in order if order.count(name) > 1), None)
+    if twice is not None:
+        return (
+            "expr",
+            f"input '{twice}' is used twice; the kernel takes each input once (declare "
+            "another input for the second use and pass the same array to both)",
+        )
+    unused = [name for name in inputs if name not in order]
+    if unused:
+        return ("inputs", f"input '{unused[0]}' is not used in expr")
+    if tuple(inputs) != order:
+        return (
+            "inputs",
+            f"declare the inputs in the order the kernel takes them: {', '.join(order)} "
+            "(the C function's arguments are the inputs in this order, then out)",
+        )
+    if len(chain.stages) + (chain.head[0] == "matmul") < 2:
+        return (
+            "expr",
+            "a single operation is not a pipeline; declare it without expr and inputs: "
+            + _single_op_hint(chain, inputs),
+        )
+    matrices = pipeline_matrices(chain)
+    in_bytes = 2 if values["dtype"] == "bf16" else 4
+    shapes = [inputs[name] for name in order] + [chain.shape]
+    sizes = [in_bytes if name in matrices else 4 for name in order] + [4]
+    too_big = size_problem(shapes, sizes, _pipeline_macs(chain, inputs))
+    if too_big:
+        return ("inputs", with_doc(too_big))
+    from morello_build.api import pipeline_spec_text  # what it refuses besides
+
+    try:
+        pipeline_spec_text(expr, inputs, dtype=values["dtype"])
+    except SpecError as exc:
+        message = str(exc).splitlines()[0]
+        return ("expr", message.removeprefix(f"{expr!r}: "))
+    return None
+
+
+def _pipeline_macs(chain: Chain, inputs: Mapping[str, tuple[int, ...]]) -> int:
+    """Multiply-adds of `chain`'s matrix products per call (each is rows x k x n)."""
+    rows = chain.shape[0]
+    macs = 0
+    if chain.head[0] == "matmul":
+        k, n = inputs[chain.head[2]][:: -1 if chain.rhs_transposed else 1]
+        macs += rows * k * n
+    for stage in chain.stages:
+        if stage.kind == MATMUL and stage.operand is not None:
+            k, n = inputs[stage.operand]
+            macs += rows * k * n
+    return macs
+
+
 _NAME_RULE = Rule(
     _name_problem,
     # What the schema can say of names.py's rules (not the keyword and libc lists).
@@ -241,6 +397,15 @@ _DIMS_RULE = Rule(_dims_problem, {"items": {"maximum": MAX_DIM}})
 #: Keys that mean something for a matmul only.
 _MATMUL_ONLY = ("op", ("matmul",))
 _ROW_OP_LABEL = "a row op"
+_PIPELINE_LABEL = "a pipeline"
+_EXPR_DOC = (
+    "a pipeline fused into one kernel, instead of `op` and `shape`: an expression over "
+    '`inputs` as numpy writes it, e.g. `"gelu(x @ w + b)"`: a product of two input matrices '
+    "(`x @ w`, or `x @ w.T`) or an input matrix, then any of "
+    + ", ".join(f"`{f}`" for f in FUNCTIONS)
+    + ", `+` or `*` with a bias `[n]` or a column `[rows, 1]`, and `@` by another input "
+    "matrix; out is f32 `[rows, n]` (docs/configuration.md#pipelines, docs/pipelines.md)"
+)
 _OP_DOC = (
     'the operation: `"matmul"`, or a row op on a `[rows, n]` x giving an f32 `[rows, n]` out: '
     '`"softmax"` (along each row), `"relu"`, `"gelu"` (the erf form, as `"gelu_erf"`), '
@@ -273,7 +438,17 @@ class KernelTable:
     TITLE: ClassVar[str] = "kernel"
     #: Groups of keys of which at most one may be given.
     EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = (("dtype", "dtypes"),)
+    ALTERNATIVES: ClassVar[tuple[Alternative, ...]] = (
+        Alternative(
+            "expr",
+            ("inputs",),
+            ("op", "shape", "dtypes", "layouts", "accumulate", "schedule"),
+            _PIPELINE_LABEL,
+            "a pipeline's operations are in expr, the shapes of its inputs in inputs",
+        ),
+    )
     CHECKS: ClassVar[tuple[Check, ...]] = (
+        Check(("expr", "inputs", "dtype"), "expr", _pipeline_problem),
         Check(("op", "shape", "dtype", "dtypes"), "shape", _size_problem),
     )
 
@@ -283,8 +458,43 @@ class KernelTable:
         expected="a C identifier",
         rules=(_NAME_RULE,),
     )
+    expr: str | None = key(
+        None,
+        doc=_EXPR_DOC,
+        expected='a pipeline expression such as "gelu(x @ w + b)"',
+    )
+    inputs: Mapping[str, tuple[int, ...]] | None = key(
+        None,
+        doc="the inputs of `expr` and their shapes, in the order the kernel takes them "
+        f"(its arguments, then out), e.g. `{_INPUTS_EXAMPLE}`: a matrix is `[rows, cols]`, "
+        "row-major (the `w` of `x @ w.T` is `[n, k]`), a bias `[n]`, a column `[rows, 1]`; "
+        "names are identifiers other than `out`",
+        expected=f"a table of input shapes, e.g. {_INPUTS_EXAMPLE}",
+        missing=f"missing (expected the shape of each input of expr, e.g. {_INPUTS_EXAMPLE})",
+        nonempty=True,
+        rules=(
+            Rule(
+                _input_names_problem,
+                {
+                    "propertyNames": {
+                        "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                        "maxLength": MAX_NAME_LENGTH,
+                        "not": {"enum": list(_RESERVED_INPUT_NAMES)},
+                    }
+                },
+            ),
+        ),
+        entries=Key(
+            doc="the shape of one input",
+            expected="[rows, cols] or [n]: 1 or 2 positive integers",
+            minimum=1,
+            min_items=1,
+            max_items=2,
+            rules=(_DIMS_RULE,),
+        ),
+    )
     op: str = key("matmul", doc=_OP_DOC, choices=OPS)
-    shape: tuple[int, ...] = key(
+    shape: tuple[int, ...] | None = key(
         doc="`[m, k, n]` or batched `[b, m, k, n]`: `out[m, n] = lhs[m, k] @ rhs[k, n]`; "
         f"sizes are bounded (see {LIMITS_DOC})",
         expected="3 or 4 positive integers",
@@ -317,6 +527,19 @@ class KernelTable:
         expected='"f32" or "bf16" (bf16 x bf16 -> f32)',
         choices=DTYPES,
         variants=(
+            Variant(
+                "expr",
+                (),
+                _PIPELINE_LABEL,
+                Key(
+                    doc="the type of the first matrix product's inputs (or of the first "
+                    "stage's input, without a product); the other inputs and out are f32",
+                    expected='"f32" or "bf16" (the type of the matrix inputs; vectors and '
+                    "out are f32)",
+                    choices=DTYPES,
+                ),
+                given=True,
+            ),
             Variant(
                 "op",
                 ROW_OPS,
@@ -390,6 +613,7 @@ class MorelloTable:
 
     TITLE: ClassVar[str] = "morello"
     EXCLUSIVE: ClassVar[tuple[tuple[str, str], ...]] = ()
+    ALTERNATIVES: ClassVar[tuple[Alternative, ...]] = ()
     CHECKS: ClassVar[tuple[Check, ...]] = ()
 
     target: str | tuple[str, ...] = key(
@@ -455,7 +679,7 @@ class ModelKey:
 def key_variant(k: ModelKey, values: Mapping[str, Any]) -> ModelKey:
     """`k` as it is given the values of the earlier keys (its first matching variant)."""
     for v in k.info.variants:
-        if values.get(v.on) in v.values:
+        if v.applies(values):
             return dataclasses.replace(k, info=v.key)
     return k
 
@@ -472,13 +696,19 @@ def only_with_problem(k: ModelKey, values: Mapping[str, Any]) -> str | None:
     return f"applies to {wanted} only, not to {on} = {toml_repr(got)}"
 
 
-def key_doc(k: ModelKey) -> str:
-    """What `k` means, its variants included (the docs table and the schema)."""
+def key_doc(k: ModelKey, alternatives: Sequence[Alternative] = ()) -> str:
+    """What `k` means, its variants and the table's `alternatives` included (the docs table
+    and the schema)."""
     parts = [k.info.doc]
     parts += [f"for {v.label}: {v.key.doc}" for v in k.info.variants]
     if k.info.only_with is not None:
         on, allowed = k.info.only_with
         parts.append(f"only with {' or '.join(f'`{on} = {toml_repr(a)}`' for a in allowed)}")
+    for a in alternatives:
+        if k.name in a.with_keys:
+            parts.append(f"only with `{a.key}`, and required with it")
+        if k.name in a.replaced:
+            parts.append(f"not with `{a.key}`")
     return "; ".join(parts)
 
 
@@ -503,6 +733,21 @@ def item_type(tp: Any) -> Any:
     if typing.get_origin(tp) is tuple:
         return typing.get_args(tp)[0]
     return None
+
+
+def entry_type(tp: Any) -> Any:
+    """The value type of a table type `Mapping[str, X]` (keys are strings, as in TOML), or
+    None for any other type."""
+    if typing.get_origin(tp) in (dict, collections.abc.Mapping):
+        return typing.get_args(tp)[1]
+    return None
+
+
+def entry_info(info: Key) -> Key:
+    """The metadata of a table-typed key's entries."""
+    if info.entries is None:
+        raise TypeError("a table-typed key needs `entries`")
+    return info.entries
 
 
 def expected_text(k: ModelKey) -> str:
@@ -536,6 +781,11 @@ def conforms(value: object, tp: Any, info: Key) -> bool:
             and (info.min_items is None or len(value) >= info.min_items)
             and (info.max_items is None or len(value) <= info.max_items)
             and all(conforms(v, item, info) for v in value)
+        )
+    entry = entry_type(tp)
+    if entry is not None:
+        return isinstance(value, dict) and all(
+            conforms(v, entry, entry_info(info)) for v in value.values()
         )
     if dataclasses.is_dataclass(tp):
         return isinstance(value, dict)

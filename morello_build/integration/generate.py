@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import morello_build
-from morello_build.codegen.abi import GeneratedKernel, KernelABI
+from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.errors import MorelloError, first_line
 from morello_build.integration import dispatch
 from morello_build.integration.config import (
@@ -143,17 +143,16 @@ def fmt_seconds(s: float) -> str:
 
 
 def _check_abi(req: KernelRequest, abi: KernelABI) -> None:
-    """The synthesized function must match what the declaration promised CMake and Python."""
+    """The synthesized function must match what the declaration promised CMake and Python:
+    the same number of operands, each occupying the same memory (`_memory`). Names and
+    logical shapes may differ: a pipeline's kernel takes `w` of `x @ w.T`, declared
+    `[n, k]`, as a column-major `[1, k, n]` rhs."""
     if req.decl is None:
         return
     want = decl_operands(req.decl)
     got = abi.operands
     ok = len(got) == len(want) and all(
-        g.dtype == w.dtype
-        and g.role == w.role
-        and _volume(g.shape) == _volume(w.shape)
-        and _is_row(g.order) == _is_row(w.order)
-        for g, w in zip(got, want, strict=False)
+        _memory(g) == _memory(w) for g, w in zip(got, want, strict=False)
     )
     if not ok:
         raise GenerateError(
@@ -162,15 +161,11 @@ def _check_abi(req: KernelRequest, abi: KernelABI) -> None:
         )
 
 
-def _volume(shape: Iterable[int]) -> int:
-    v = 1
-    for s in shape:
-        v *= s
-    return v
-
-
-def _is_row(order: tuple[int, ...]) -> bool:
-    return order == tuple(sorted(order))
+def _memory(o: OperandABI) -> tuple[str, str, tuple[int, ...]]:
+    """What a caller's buffer for `o` must be: its element type, whether it is read or
+    written, and its dense dims from slowest to fastest (dims of size 1 dropped: they do
+    not change where an element is)."""
+    return o.dtype, o.role, tuple(o.shape[d] for d in o.order if o.shape[d] != 1)
 
 
 def _verify(
@@ -567,6 +562,8 @@ def request_from_doc(doc: dict[str, Any]) -> tuple[KernelRequest, bool, list[str
             schedule=doc["schedule"],
             batched=d["batched"],
             tune=doc["tune"],
+            expr=d.get("expr"),
+            inputs=tuple((n, tuple(shape)) for n, shape in d.get("inputs", ())),
         )
     req = KernelRequest(
         name=doc["name"],
@@ -617,4 +614,6 @@ def _decl_json(d: KernelDecl) -> dict[str, Any]:
         "layouts": list(d.layouts),
         "accumulate": d.accumulate,
         "threads": d.threads,
+        "expr": d.expr,
+        "inputs": [[n, list(shape)] for n, shape in d.inputs],
     }

@@ -25,9 +25,13 @@ from typing import Any
 from morello_build.integration.config_model import (
     REQUIRED,
     TABLE_PLACEHOLDER,
+    Alternative,
     KernelTable,
     ModelKey,
     MorelloTable,
+    Variant,
+    entry_info,
+    entry_type,
     item_type,
     key_doc,
     model_keys,
@@ -85,6 +89,13 @@ def _type_schema(tp: Any, k: ModelKey) -> dict[str, Any]:
         if info.nonempty:
             out["minItems"] = max(1, out.get("minItems", 1))
         return out
+    entry = entry_type(tp)
+    if entry is not None:
+        ek = dataclasses.replace(k, type=entry, info=entry_info(info))
+        table: dict[str, Any] = {"type": "object", "additionalProperties": _value_schema(ek)}
+        if info.nonempty:
+            table["minProperties"] = 1
+        return table
     if isinstance(tp, type) and tp in _TABLES:
         return {"$ref": f"#/definitions/{_TABLES[tp]}"}
     if tp is bool:
@@ -116,14 +127,14 @@ def _value_schema(k: ModelKey) -> dict[str, Any]:
     return out
 
 
-def _variant_schemas(k: ModelKey) -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
-    """(key, values, value schema) of each variant of `k` that the schema can tell apart."""
+def _variant_schemas(k: ModelKey) -> list[tuple[Variant, dict[str, Any]]]:
+    """(variant, value schema) of each variant of `k` that the schema can tell apart."""
     base = _value_schema(k)
     out = []
     for v in k.info.variants:
         vs = _value_schema(dataclasses.replace(k, info=v.key))
         if vs != base:
-            out.append((v.on, v.values, vs))
+            out.append((v, vs))
     return out
 
 
@@ -133,11 +144,32 @@ def _when(key: str, values: tuple[str, ...], negate: bool = False) -> dict[str, 
     return {"properties": {key: {"not": enum} if negate else enum}, "required": [key]}
 
 
-def _key_schema(k: ModelKey) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": _text(key_doc(k))}
+def _when_variant(v: Variant) -> dict[str, Any]:
+    """`if` of the keys' values that choose variant `v`."""
+    return {"required": [v.on]} if v.given else _when(v.on, v.values)
+
+
+def _key_schema(k: ModelKey, model: type[MorelloTable] | type[KernelTable]) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": _text(key_doc(k, model.ALTERNATIVES))}
     if not _variant_schemas(k):  # else the table's `allOf` says what the value must be
         out.update(_value_schema(k))
     return out
+
+
+def _alternative_schema(a: Alternative, required: set[str]) -> dict[str, Any]:
+    """`allOf` entry of an alternative form: given `a.key`, its keys are required and the
+    keys it replaces refused; else its keys are refused and the replaced ones that are
+    required, required."""
+
+    def none_of(names: tuple[str, ...]) -> dict[str, Any]:
+        return {"not": {"anyOf": [{"required": [n]} for n in names]}}
+
+    then: dict[str, Any] = {"required": list(a.with_keys), **none_of(a.replaced)}
+    other: dict[str, Any] = none_of(a.with_keys)
+    needed = [n for n in a.replaced if n in required]
+    if needed:
+        other = {"required": needed, **other}
+    return {"if": {"required": [a.key]}, "then": then, "else": other}
 
 
 def _conditions(model: type[MorelloTable] | type[KernelTable]) -> list[dict[str, Any]]:
@@ -149,9 +181,9 @@ def _conditions(model: type[MorelloTable] | type[KernelTable]) -> list[dict[str,
         cases = _variant_schemas(k)
         if cases:
             schema: dict[str, Any] = {"properties": {k.name: _value_schema(k)}}
-            for on, values, vs in reversed(cases):
+            for v, vs in reversed(cases):
                 schema = {
-                    "if": _when(on, values),
+                    "if": _when_variant(v),
                     "then": {"properties": {k.name: vs}},
                     "else": schema,
                 }
@@ -178,13 +210,17 @@ def _table_schema(model: type[MorelloTable] | type[KernelTable]) -> dict[str, An
     out: dict[str, Any] = {
         "type": "object",
         "description": _text(" ".join((model.__doc__ or "").split())),
-        "properties": {k.name: _key_schema(k) for k in keys},
+        "properties": {k.name: _key_schema(k, model) for k in keys},
         "additionalProperties": False,
     }
-    required = [k.name for k in keys if k.required]
+    replaced = {n for a in model.ALTERNATIVES for n in a.replaced}
+    required = [k.name for k in keys if k.required and k.name not in replaced]
     if required:
         out["required"] = required
     all_of = [{"not": {"required": list(group)}} for group in model.EXCLUSIVE]
+    all_of += [
+        _alternative_schema(a, {k.name for k in keys if k.required}) for a in model.ALTERNATIVES
+    ]
     all_of += _conditions(model)
     if all_of:
         out["allOf"] = all_of
@@ -230,6 +266,10 @@ def _type_text(tp: Any, k: ModelKey) -> str:
         return " or ".join(_type_text(a, k) for a in members)
     tp = members[0]
     info = k.info
+    entry = entry_type(tp)
+    if entry is not None:
+        ek = dataclasses.replace(k, type=entry, info=entry_info(info))
+        return f"table of name = {_type_text(entry, ek)}"
     item = item_type(tp)
     if item is not None:
         if isinstance(item, type) and item in _TABLES:
@@ -290,7 +330,7 @@ def docs_table() -> str:
                 f"`{k.name}`",
                 _type_text_variants(k),
                 _default_text(k),
-                _text(key_doc(k)),
+                _text(key_doc(k, model.ALTERNATIVES)),
             )
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")

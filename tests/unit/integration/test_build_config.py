@@ -218,10 +218,137 @@ def test_row_op_stamp_round_trip(tmp_path: Path) -> None:
     assert verify and deps == []
 
 
+PIPELINES = """
+[tool.morello]
+target = "avx2"
+
+[[tool.morello.kernel]]
+name = "mlp_up"
+expr = "gelu(x @ w + b)"
+inputs = { x = [64, 768], w = [768, 3072], b = [3072] }
+
+[[tool.morello.kernel]]
+name = "proj_t"
+expr = "relu(x @ w.T + b) * s"
+inputs = { x = [8, 16], w = [24, 16], b = [24], s = [8, 1] }
+dtype = "bf16"
+threads = 2
+target = ["avx512", "avx2"]
+tune = "zen3"
+"""
+
+
+def test_pipelines_load(tmp_path: Path) -> None:
+    """`expr` over `inputs` (issue 36): no op or shape; the Spec is the command line's
+    (`api.pipeline_spec_text`); the operands are the inputs as declared, then out."""
+    from morello_build.api import pipeline_spec_text
+
+    mlp, proj = load_config(_write(tmp_path, PIPELINES)).kernels
+    assert (mlp.op, mlp.shape, mlp.dtype, mlp.threads, mlp.targets) == (
+        "pipeline",
+        (64, 3072),
+        "f32",
+        1,
+        ("avx2",),
+    )
+    assert mlp.is_pipeline and not mlp.is_row_op and not mlp.batched and mlp.schedule is None
+    assert mlp.expr == "gelu(x @ w + b)"
+    assert mlp.inputs == (("x", (64, 768)), ("w", (768, 3072)), ("b", (3072,)))
+    assert mlp.spec_text() == (
+        "Compose[Matmul,AddRow,GeluErf](1x64x768x3072, f32:GL:row, f32:GL:row, f32:GL:row, "
+        "f32:GL:row, serial)"
+    )
+    assert proj.spec_text() == pipeline_spec_text(
+        "relu(x @ w.T + b) * s", dict(proj.inputs), dtype="bf16", threads=2
+    )
+    assert (proj.threads, proj.targets, proj.tune, proj.shape) == (
+        2,
+        ("avx512", "avx2"),
+        "zen3",
+        (8, 24),
+    )
+    got = [(o.name, o.shape, o.dtype, o.order, o.role) for o in decl_operands(proj)]
+    assert got == [
+        ("x", (8, 16), "bf16", (0, 1), "in"),
+        ("w", (24, 16), "bf16", (0, 1), "in"),  # x @ w.T: w is [n, k], read transposed
+        ("b", (24,), "f32", (0,), "in"),
+        ("s", (8, 1), "f32", (0, 1), "in"),  # a column, as declared
+        ("out", (8, 24), "f32", (0, 1), "out"),
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mlp.expr = "relu(x @ w + b)"  # type: ignore[misc]
+
+
+def test_pipeline_in_a_morello_toml_beside_other_kernels(tmp_path: Path) -> None:
+    text = (
+        '[[kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
+        '[[kernel]]\nname = "act"\nexpr = "silu(x * c + b)"\n'
+        "inputs = { x = [8, 24], c = [8, 1], b = [24] }\n"
+        '[[kernel]]\nname = "sm"\nop = "softmax"\nshape = [4, 8]\n'
+    )
+    mm, act, sm = load_config(_write(tmp_path, text, "morello.toml")).kernels
+    assert (mm.op, act.op, sm.op) == ("matmul", "pipeline", "softmax")
+    assert act.spec_text() == (
+        "Compose[MulCol,AddRow,Silu](8x24, f32:GL:row, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
+    )
+    assert [o.dtype for o in decl_operands(act)] == ["f32"] * 4
+
+
+def test_pipeline_with_a_later_product(tmp_path: Path) -> None:
+    """`relu(x @ w1 + b) @ w2`: the inputs in the order the stages take them; only the
+    first product's inputs take `dtype`."""
+    from morello_build.api import pipeline_spec_text
+
+    text = (
+        '[[kernel]]\nname = "mlp"\nexpr = "relu(x @ w1 + b) @ w2"\n'
+        "inputs = { x = [4, 8], w1 = [8, 16], b = [16], w2 = [16, 8] }\n"
+    )
+    (mlp,) = load_config(_write(tmp_path, text, "morello.toml")).kernels
+    assert mlp.shape == (4, 8)
+    assert mlp.spec_text() == pipeline_spec_text(mlp.expr or "", dict(mlp.inputs))
+    got = [(o.name, o.shape) for o in decl_operands(mlp)]
+    assert got == [("x", (4, 8)), ("w1", (8, 16)), ("b", (16,)), ("w2", (16, 8)), ("out", (4, 8))]
+
+
+def test_pipeline_stamp_round_trip(tmp_path: Path) -> None:
+    """The declaration stamp CMake's configure writes gives back the same pipeline."""
+    from morello_build.integration.generate import KernelRequest, request_doc, request_from_doc
+
+    proj = load_config(_write(tmp_path, PIPELINES)).kernels[1]
+    req = KernelRequest("proj_t", ("avx512", "avx2"), decl=proj, tune="zen3")
+    back, _, _ = request_from_doc(
+        json.loads(json.dumps(request_doc(req, fingerprint="f", verify=False)))
+    )
+    assert back.decl == proj and decl_operands(back.decl) == decl_operands(proj)
+    assert back.spec_text() == proj.spec_text()
+
+
+def test_expr_declaration_checks_as_a_file_does() -> None:
+    """`generate --expr` and CMake's EXPR: the same checks, named by `where`."""
+    from morello_build.integration.config import expr_declaration
+
+    inputs = {"x": (8, 16), "w": (16, 24), "b": (24,)}
+    decl = expr_declaration("k", "relu(x @ w + b)", inputs, where='EXPR "relu(x @ w + b)"')
+    assert decl.is_pipeline and decl.targets == ("native",) and decl.shape == (8, 24)
+    with pytest.raises(ConfigError) as info:
+        expr_declaration("k", "relu(x @ w + bb)", inputs, where='EXPR "relu(x @ w + bb)"')
+    assert str(info.value) == (
+        "EXPR \"relu(x @ w + bb)\": expr col 14: unknown input 'bb' (declared: x, w, b)"
+    )
+    with pytest.raises(ConfigError) as info:
+        expr_declaration("k", "relu(x @ w + b)", inputs, where="--expr (k)", dtype="f16")
+    assert str(info.value) == (
+        '--expr (k): dtype: expected "f32" or "bf16" (the type of the matrix inputs; vectors '
+        'and out are f32), got "f16"'
+    )
+
+
 K = '[tool.morello]\n[[tool.morello.kernel]]\nname = "mm1"\n'
 R = '[tool.morello]\n[[tool.morello.kernel]]\nname = "sm"\nop = "softmax"\n'
 B = '[tool.morello]\n[[tool.morello.kernel]]\nname = "bias"\nop = "add_row"\n'
 P = "pyproject.toml: [tool.morello.kernel]"
+PL = '[tool.morello]\n[[tool.morello.kernel]]\nname = "mlp"\n'
+PI = "inputs = { x = [8, 16], w = [16, 24], b = [24] }\n"
 
 # (file text, exact expected message); the file is written as pyproject.toml.
 CASES: list[tuple[str, str, str]] = [
@@ -281,8 +408,8 @@ CASES: list[tuple[str, str, str]] = [
     (
         "unknown_kernel_key",
         K + "shape = [1, 2, 3]\nshpae = [1, 2, 3]\n",
-        f'{P} "mm1": shpae: unknown key (expected one of: name, op, shape, dtype, dtypes, layouts, '
-        "accumulate, threads, target, tune, schedule)",
+        f'{P} "mm1": shpae: unknown key (expected one of: name, expr, inputs, op, shape, dtype, '
+        "dtypes, layouts, accumulate, threads, target, tune, schedule)",
     ),
     (
         "unknown_top_key",
@@ -428,6 +555,181 @@ CASES: list[tuple[str, str, str]] = [
         '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "max", "sum", '
         'got "add_rows"',
     ),
+    # Pipelines (issue 36): expr over inputs, instead of op and shape.
+    (
+        "pipeline_misspelt_function",
+        PL + 'expr = "gleu(x @ w + b)"\n' + PI,
+        f"{P} \"mlp\": expr col 1: unknown function 'gleu'; did you mean 'gelu'?",
+    ),
+    (
+        "pipeline_misspelt_inner_function",
+        PL + 'expr = "x @ w + slu(b)"\n' + PI,
+        f"{P} \"mlp\": expr col 9: unknown function 'slu'; did you mean 'silu'?",
+    ),
+    (
+        "pipeline_bias_size",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("[24]", "[23]"),
+        f"{P} \"mlp\": expr col 14: 'b' is [23] but x @ w is 8x24; a row vector needs 24 elements",
+    ),
+    (
+        "pipeline_inner_dims",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("[16, 24]", "[15, 24]"),
+        f'{P} "mlp": expr col 8: x @ w: x is 8x16 but w is 15x24; the inner dimensions 16 '
+        "and 15 differ",
+    ),
+    (
+        "pipeline_unknown_input",
+        PL + 'expr = "relu(x @ v + b)"\n' + PI,
+        f"{P} \"mlp\": expr col 10: unknown input 'v' (declared: x, w, b)",
+    ),
+    (
+        "pipeline_empty_expr",
+        PL + 'expr = ""\n' + PI,
+        f'{P} "mlp": expr: the expression is empty',
+    ),
+    (
+        "pipeline_expr_not_a_string",
+        PL + "expr = 3\n" + PI,
+        f'{P} "mlp": expr: expected a pipeline expression such as "gelu(x @ w + b)", got 3',
+    ),
+    (
+        "pipeline_without_inputs",
+        PL + 'expr = "relu(x @ w + b)"\n',
+        f'{P} "mlp": inputs: missing (expected the shape of each input of expr, e.g. '
+        "{ x = [64, 768], w = [768, 3072], b = [3072] })",
+    ),
+    (
+        "pipeline_empty_inputs",
+        PL + 'expr = "relu(x @ w + b)"\ninputs = {}\n',
+        f'{P} "mlp": inputs: missing (expected the shape of each input of expr, e.g. '
+        "{ x = [64, 768], w = [768, 3072], b = [3072] })",
+    ),
+    (
+        "inputs_without_expr",
+        PL + "shape = [8, 16, 24]\n" + PI,
+        f'{P} "mlp": inputs: only with expr (a pipeline\'s operations are in expr, the shapes '
+        "of its inputs in inputs)",
+    ),
+    (
+        "inputs_not_a_table",
+        PL + 'expr = "relu(x @ w + b)"\ninputs = [8, 16]\n',
+        f'{P} "mlp": inputs: expected a table of input shapes, e.g. '
+        "{ x = [64, 768], w = [768, 3072], b = [3072] }, got [8, 16]",
+    ),
+    (
+        "inputs_zero_dim",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("[8, 16]", "[0, 16]"),
+        f'{P} "mlp": inputs.x: expected [rows, cols] or [n]: 1 or 2 positive integers, got [0, 16]',
+    ),
+    (
+        "inputs_three_dims",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("[8, 16]", "[2, 8, 16]"),
+        f'{P} "mlp": inputs.x: expected [rows, cols] or [n]: 1 or 2 positive integers, '
+        "got [2, 8, 16]",
+    ),
+    (
+        "inputs_string_shape",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("[24]", '"24"'),
+        f'{P} "mlp": inputs.b: expected [rows, cols] or [n]: 1 or 2 positive integers, got "24"',
+    ),
+    (
+        "inputs_huge_dim",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("[8, 16]", "[2147483648, 16]"),
+        f'{P} "mlp": inputs.x: dimension 2147483648 is over the limit of 2147483647 '
+        "(2^31 - 1); see docs/limits.md",
+    ),
+    (
+        "inputs_too_big",
+        PL + 'expr = "relu(x @ w)"\n' + "inputs = { x = [2147483647, 65536], w = [65536, 2] }\n",
+        f'{P} "mlp": inputs: the operands take 512 TiB together, over the limit of 128 TiB '
+        "(2^47 bytes: all an x86-64 process can address); see docs/limits.md",
+    ),
+    (
+        "inputs_named_out",
+        PL + 'expr = "relu(x @ out)"\ninputs = { x = [8, 16], out = [16, 24] }\n',
+        f'{P} "mlp": inputs: input name "out" is the output\'s; choose another name',
+    ),
+    (
+        "inputs_quoted_name",
+        PL + 'expr = "relu(x @ w)"\ninputs = { x = [8, 16], "w 2" = [16, 24] }\n',
+        f'{P} "mlp": inputs: input name "w 2" is not an identifier (expected a letter or _, '
+        "then letters, digits or _)",
+    ),
+    (
+        "inputs_quoted_name_bad_shape",
+        PL + 'expr = "relu(x @ w)"\ninputs = { x = [8, 16], "w 2" = [] }\n',
+        f'{P} "mlp": inputs."w 2": expected [rows, cols] or [n]: 1 or 2 positive integers, got []',
+    ),
+    (
+        "inputs_keyword_name",
+        PL + 'expr = "relu(x @ w)"\ninputs = { x = [8, 16], lambda = [16, 24] }\n',
+        f'{P} "mlp": inputs: input name "lambda" is a Python keyword; choose another name',
+    ),
+    (
+        "inputs_unused",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI.replace("}", ", c = [8, 1] }"),
+        f"{P} \"mlp\": inputs: input 'c' is not used in expr",
+    ),
+    (
+        "inputs_out_of_order",
+        PL + 'expr = "relu(x @ w + b)"\ninputs = { w = [16, 24], x = [8, 16], b = [24] }\n',
+        f'{P} "mlp": inputs: declare the inputs in the order the kernel takes them: x, w, b '
+        "(the C function's arguments are the inputs in this order, then out)",
+    ),
+    (
+        "inputs_used_twice",
+        PL + 'expr = "relu(x @ x)"\ninputs = { x = [16, 16] }\n',
+        f"{P} \"mlp\": expr: input 'x' is used twice; the kernel takes each input once "
+        "(declare another input for the second use and pass the same array to both)",
+    ),
+    (
+        "pipeline_single_matmul",
+        PL + 'expr = "x @ w.T"\ninputs = { x = [8, 16], w = [24, 16] }\n',
+        f'{P} "mlp": expr: a single operation is not a pipeline; declare it without expr and '
+        'inputs: shape = [8, 16, 24], layouts = ["row", "col", "row"]',
+    ),
+    (
+        "pipeline_single_row_op",
+        PL + 'expr = "gelu(x)"\ninputs = { x = [8, 16] }\n',
+        f'{P} "mlp": expr: a single operation is not a pipeline; declare it without expr and '
+        'inputs: op = "gelu", shape = [8, 16]',
+    ),
+    (
+        "pipeline_bf16_two_products",
+        PL
+        + 'expr = "relu(x @ w + b) @ v"\n'
+        + PI.replace("}", ", v = [24, 8] }")
+        + 'dtype = "bf16"\n',
+        f'{P} "mlp": expr: with bf16 inputs a pipeline may have one matrix product (the next '
+        "would multiply the f32 result by a bf16 matrix, which no kernel does)",
+    ),
+    (
+        "pipeline_bad_dtype",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI + 'dtype = "f16"\n',
+        f'{P} "mlp": dtype: expected "f32" or "bf16" (the type of the matrix inputs; vectors '
+        'and out are f32), got "f16"',
+    ),
+    (
+        "pipeline_threads",
+        PL + 'expr = "relu(x @ w + b)"\n' + PI + "threads = 0\n",
+        f'{P} "mlp": threads: expected an integer from 1 to 1024, got 0',
+    ),
+    *[
+        (
+            f"pipeline_with_{key}",
+            PL + 'expr = "relu(x @ w + b)"\n' + PI + f"{key} = {value}\n",
+            f'{P} "mlp": {key}: cannot be combined with expr (a pipeline\'s operations are in '
+            "expr, the shapes of its inputs in inputs)",
+        )
+        for key, value in (
+            ("op", '"relu"'),
+            ("shape", "[8, 16, 24]"),
+            ("dtypes", '["f32", "f32", "f32"]'),
+            ("layouts", '["row", "col", "row"]'),
+            ("accumulate", "true"),
+            ("schedule", '"m:f"'),
+        )
+    ],
     (
         "matmul_two_dims_says_matmul",
         K + 'op = "matmul"\nshape = [8, 512]\n',
@@ -506,7 +808,7 @@ def test_malformed_declaration(
     with pytest.raises(ConfigError) as info:
         load_config("pyproject.toml")
     msg = str(info.value)
-    assert "\n" not in msg
+    assert "\n" not in msg and "expr: expr" not in msg
     assert msg == expected
 
 
@@ -941,3 +1243,154 @@ def test_generate_broadcast_ops(
         "void sc(const uint16_t *MORELLO_RESTRICT x, const float *MORELLO_RESTRICT b, "
         "float *MORELLO_RESTRICT out);" in (out_dir / "sc.h").read_text()
     )
+
+
+def test_generate_pipelines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`morello generate` of declared pipelines (issue 36): synthesized, verified against
+    numpy, written; the kernel's operands (the synthesizer's names: lhs, rhs, b...) occupy
+    the memory the declaration's do, `w` of `x @ w.T` included (a column-major rhs)."""
+    from morello_build.integration.commands import generate_main
+
+    monkeypatch.setenv("MORELLO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("MORELLO_NO_CACHE", raising=False)
+    text = (
+        'target = "native"\n'
+        '[[kernel]]\nname = "mlp"\nexpr = "relu(x @ w.T + b)"\n'
+        "inputs = { x = [8, 16], w = [24, 16], b = [24] }\n"
+        '[[kernel]]\nname = "act"\nexpr = "silu(x * c + b)"\n'
+        'inputs = { x = [8, 24], c = [8, 1], b = [24] }\ntarget = ["avx2", "x86-64"]\n'
+    )
+    cfg = _write(tmp_path, text, "morello.toml")
+    out_dir = tmp_path / "o"
+    assert generate_main(["--config", str(cfg), "--out-dir", str(out_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["mlp", "act"]
+    assert all("; verified " in line for line in lines), lines
+    manifest = {
+        k["name"]: k for k in json.loads((out_dir / "manifest.json").read_text())["kernels"]
+    }
+    mlp = manifest["mlp"]
+    assert mlp["spec"] == (
+        "Compose[Matmul,AddRow,Relu](1x8x16x24, f32:GL:row, f32:GL:col, f32:GL:row, "
+        "f32:GL:row, serial)"
+    )
+    assert [(o["name"], o["shape"], o["order"], o["role"]) for o in mlp["operands"]] == [
+        ("lhs", [1, 8, 16], [0, 1, 2], "in"),
+        ("rhs", [1, 16, 24], [0, 2, 1], "in"),
+        ("b", [24], [0], "in"),
+        ("out", [8, 24], [0, 1], "out"),
+    ]
+    assert [o["shape"] for o in manifest["act"]["operands"]] == [[8, 24], [8], [24], [8, 24]]
+    assert manifest["act"]["dispatcher"] == "act.c"
+    assert (
+        "void act(const float *restrict x, const float *restrict b1, const float *restrict b2, "
+        "float *restrict out);" in (out_dir / "act.h").read_text()
+    )
+    assert {"mlp.c", "act.c", "act__avx2.c", "act__x86_64.c", "morello_kernels.h"} <= {
+        p.name for p in out_dir.iterdir()
+    }
+
+
+def test_generate_checks_the_kernel_against_the_declared_memory() -> None:
+    """The check compares the memory each operand takes: names and size-1 dims aside, a
+    transposed operand must be declared transposed."""
+    from morello_build.codegen.abi import KernelABI, OperandABI
+    from morello_build.integration.config import expr_declaration
+    from morello_build.integration.generate import GenerateError, KernelRequest, _check_abi
+
+    decl = expr_declaration(
+        "mlp", "relu(x @ w.T + b)", {"x": (8, 16), "w": (24, 16), "b": (24,)}, where="t"
+    )
+    req = KernelRequest("mlp", ("avx2",), decl=decl)
+
+    def abi(rhs_order: tuple[int, ...]) -> KernelABI:
+        ops = (
+            OperandABI("lhs", (1, 8, 16), "f32", (0, 1, 2), "in"),
+            OperandABI("rhs", (1, 16, 24), "f32", rhs_order, "in"),
+            OperandABI("b", (24,), "f32", (0,), "in"),
+            OperandABI("out", (8, 24), "f32", (0, 1), "out"),
+        )
+        return KernelABI("mlp", "matmul+add_row+relu", ops, False, "avx2", 0)
+
+    _check_abi(req, abi((0, 2, 1)))
+    with pytest.raises(GenerateError, match=r"^mlp: synthesized kernel has parameters \("):
+        _check_abi(req, abi((0, 1, 2)))
+
+
+def test_generate_expr_writes_one_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate --expr ... --inputs ... --name` (what CMake's EXPR runs): one verified
+    kernel, no combined header (as with --spec)."""
+    from morello_build.integration.commands import generate_main
+
+    monkeypatch.setenv("MORELLO_CACHE_DIR", str(tmp_path / "cache"))
+    out_dir = tmp_path / "o"
+    args = ["--expr", "relu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=24", "--name", "mlp"]
+    assert generate_main([*args, "--out-dir", str(out_dir), "--target", "x86-64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mlp: synthesized ") and "(x86-64)" in out
+    assert {p.name for p in out_dir.iterdir()} == {"mlp.c", "mlp.h", "mlp.json"}
+    doc = json.loads((out_dir / "mlp.json").read_text())
+    assert doc["spec"].startswith("Compose[Matmul,AddRow,Relu](1x8x16x24, f32:GL:row")
+
+
+EXPR_CLI_ERRORS = [
+    (
+        ["--expr", "gleu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=24", "--name", "k"],
+        "--expr (k): expr col 1: unknown function 'gleu'; did you mean 'gelu'?",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=23", "--name", "k"],
+        "--expr (k): expr col 14: 'b' is [23] but x @ w is 8x24; a row vector needs 24 elements",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--inputs", "x=8x16,b=24,w=16x24", "--name", "k"],
+        "--expr (k): inputs: declare the inputs in the order the kernel takes them: x, w, b "
+        "(the C function's arguments are the inputs in this order, then out)",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=24"],
+        "--expr needs --name (the C function name)",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--name", "k"],
+        "--expr (k): --inputs: missing (the shape of each input of the expression, in the "
+        "order the kernel takes them, e.g. x=64x768,w=768x3072,b=3072)",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--inputs", "x:8x16", "--name", "k"],
+        "--expr (k): --inputs: malformed item 'x:8x16'; expected NAME=SHAPE, e.g. "
+        "x=64x768,w=768x3072,b=3072",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=24", "--name", "k"]
+        + ["--spec", "matmul 4x4x4"],
+        "give one of --config, --spec or --expr, not --spec and --expr",
+    ),
+    (
+        ["--expr", "relu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=24", "--name", "k"]
+        + ["--threads", "0", "--where", 'EXPR "relu(x @ w + b)"'],
+        'EXPR "relu(x @ w + b)": threads: expected an integer from 1 to 1024, got 0',
+    ),
+    (["--spec", "matmul 4x4x4", "--name", "k", "--dtype", "bf16"], "--dtype: only with --expr"),
+    (
+        ["--spec", "matmul 4x4x4", "--name", "k", "--inputs", "x=4x4"],
+        "--inputs: only with --expr (a pipeline)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), EXPR_CLI_ERRORS)
+def test_generate_expr_errors(
+    tmp_path: Path, args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from morello_build.integration.commands import generate_main
+
+    out = tmp_path / "out"
+    assert generate_main([*args, "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
+    assert not out.exists()

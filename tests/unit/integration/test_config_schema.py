@@ -86,6 +86,24 @@ def test_conditions_name_earlier_keys() -> None:
             assert all(on in names[:i] for on in ons), (k.name, ons)
 
 
+def test_alternatives_name_model_keys() -> None:
+    """An alternative form's keys exist, and its key comes before the keys whose variants
+    it chooses (the loader has checked it by then)."""
+    for model in (MorelloTable, KernelTable):
+        names = [k.name for k in model_keys(model)]
+        for a in model.ALTERNATIVES:
+            assert {a.key, *a.with_keys, *a.replaced} <= set(names), a
+            assert names.index(a.key) < min(names.index(n) for n in a.with_keys)
+
+
+def test_docs_name_every_pipeline_function() -> None:
+    from morello_build.ir.expr import FUNCTIONS
+
+    doc = next(k for k in model_keys(KernelTable) if k.name == "expr").info.doc
+    for name in FUNCTIONS:
+        assert f"`{name}`" in doc, name
+
+
 def test_docs_name_every_op() -> None:
     from morello_build.integration.config_model import OPS
 
@@ -164,10 +182,27 @@ op = "mul_col"
 shape = [16, 40]
 dtype = "bf16"
 threads = 2
+
+[[kernel]]
+name = "mlp_up"
+expr = "gelu(x @ w + b)"
+inputs = { x = [64, 768], w = [768, 3072], b = [3072] }
+
+[[kernel]]
+name = "proj_t"
+expr = "relu(x @ w.T + b) * s"
+inputs = { x = [8, 16], w = [24, 16], b = [24], s = [8, 1] }
+dtype = "bf16"
+threads = 2
+target = ["avx2", "x86-64"]
 """
 
 K = '[[kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
 ROW = '[[kernel]]\nname = "sm"\nop = "softmax"\nshape = [8, 16]\n'
+PIPE = (
+    '[[kernel]]\nname = "mlp"\nexpr = "relu(x @ w + b)"\n'
+    "inputs = { x = [8, 16], w = [16, 24], b = [24] }\n"
+)
 
 #: Documents the loader rejects for an unknown key, a value not allowed or a wrong type:
 #: the schema must reject each one too. (Not a float dim such as 4.0: JSON schema counts it
@@ -222,6 +257,25 @@ REJECTED = [
     ROW.replace("softmax", "mul_row") + "accumulate = false\n",
     ROW.replace("softmax", "add_row") + 'dtype = "f16"\n',
     ROW.replace("softmax", "add_rows"),
+    # Pipelines: expr with inputs, neither without the other, none of op, shape, ...
+    PIPE.replace("{ x = [8, 16], w = [16, 24], b = [24] }", "[8, 16]"),
+    PIPE.replace("[16, 24]", "[0, 24]"),
+    PIPE.replace("[16, 24]", "[2, 16, 24]"),
+    PIPE.replace("[16, 24]", "[2147483648, 24]"),
+    PIPE.replace("{ x = [8, 16], w = [16, 24], b = [24] }", "{}"),
+    PIPE.replace("b = [24]", "out = [24]"),
+    PIPE.replace("b = [24]", '"b 2" = [24]'),
+    PIPE.replace("b = [24]", "lambda = [24]"),
+    PIPE.replace('"relu(x @ w + b)"', "3"),
+    PIPE.split("inputs")[0],
+    '[[kernel]]\nname = "mlp"\nshape = [8, 16, 24]\ninputs = { x = [8, 16] }\n',
+    PIPE + 'op = "relu"\n',
+    PIPE + "shape = [8, 16, 24]\n",
+    PIPE + 'dtypes = ["f32", "f32", "f32"]\n',
+    PIPE + 'layouts = ["row", "row", "row"]\n',
+    PIPE + "accumulate = false\n",
+    PIPE + 'schedule = "m:f"\n',
+    PIPE + 'dtype = "f16"\n',
 ]
 
 
@@ -290,6 +344,24 @@ _VALUES: dict[str, list[Any]] = {
 }
 
 
+_PIPELINE_VALUES: dict[str, list[Any]] = {
+    "expr": ["relu(x @ w + b)", "gleu(x @ w + b)", "", 3],
+    "inputs": [
+        {"x": [8, 16], "w": [16, 24], "b": [24]},
+        {"x": [8, 16], "w": [16, 24]},
+        {"x": [8, 0], "w": [16, 24], "b": [24]},
+        {},
+        [8, 16],
+    ],
+    "op": ["matmul", "relu"],
+    "shape": [[8, 16, 24], [8, 24]],
+    "dtype": ["f32", "bf16", "f16"],
+    "layouts": [["row", "row", "row"]],
+    "accumulate": [False],
+    "threads": [1, 2, 0],
+}
+
+
 def test_schema_never_rejects_what_the_loader_accepts(validator: Any) -> None:
     """Generated documents: a loaded one is valid under the schema; one the schema rejects
     fails to load (the schema is a subset of the loader's checks, never stricter)."""
@@ -310,3 +382,21 @@ def test_schema_never_rejects_what_the_loader_accepts(validator: Any) -> None:
             loaded += 1
             assert validator.is_valid(doc), doc
     assert loaded > 100
+
+
+def test_schema_never_rejects_a_pipeline_the_loader_accepts(validator: Any) -> None:
+    """Generated kernels mixing the pipeline keys with the others: a loaded document is
+    valid under the schema (expr without inputs, or with op, shape... is refused by both)."""
+    rng = random.Random(36)
+    loaded = 0
+    for _ in range(400):
+        kernel: dict[str, Any] = {"name": "k"}
+        for name in rng.sample(list(_PIPELINE_VALUES), rng.randint(1, 4)):
+            kernel[name] = rng.choice(_PIPELINE_VALUES[name])
+        doc = {"kernel": [kernel]}
+        if _loader_accepts(doc):
+            loaded += 1
+            assert validator.is_valid(doc), doc
+        elif "expr" in kernel and "shape" in kernel:
+            assert not validator.is_valid(doc), doc
+    assert loaded > 10
