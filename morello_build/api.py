@@ -24,7 +24,6 @@ from morello_build.ir.sizes import matmul_size_problem, shape_text, size_problem
 from morello_build.ir.spec import (
     MATMUL,
     ROW_KINDS,
-    SOFTMAX,
     STAGE_SEP,
     USER_ROW_KINDS,
     LogicalSpec,
@@ -117,8 +116,6 @@ def pipeline_spec_text(
     stages = [stage.kind for stage in chain.stages]
     if chain.head[0] == MATMUL:
         stages.insert(0, MATMUL)
-    if SOFTMAX in stages:
-        raise SpecError(f"{expr!r}: softmax inside a pipeline is not supported yet")
     later_products = stages[1:].count(MATMUL)
     if dtype == "bf16" and later_products:
         raise SpecError(

@@ -81,6 +81,7 @@ from morello_build.ir.spec import (
     compose_stages,
     dim_maps,
     intern,
+    last_cols_whole,
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
@@ -457,7 +458,11 @@ def _compose_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             for m in _operand_moves(MATMUL, IN, i, t, copy_pays, target):
                 if _is_view(spec, m) or (spec.serial and _packs_rhs(m)):
                     acts.append(m)
-    acts.extend(_tilings(spec, target))
+    tilings = _tilings(spec, target)
+    if stages is not None and last_cols_whole(stages):
+        cols = spec.dim_maps()[-1][-1]  # a softmax needs whole rows: tile the rows only
+        tilings = tuple(a for a in tilings if a.shape[cols] == spec.shape[cols])  # type: ignore[attr-defined]
+    acts.extend(tilings)
     acts.extend(Bufferize(level) for level in BUFFER_LEVELS)
     return acts
 

@@ -8,7 +8,9 @@ DP fused, every stage rounds to f32 once per element, in this order):
 - ``+ b`` / ``* b``: the error so far (times ``|b|``), plus one rounding of the result;
 - an activation f: the error so far times f's largest slope (relu 1, silu 1.1, both
   GELUs 1.13; exp: ``exp(v) * expm1(e)``), plus f's own bound at the exact value
-  (harness/row_reference.py) widened by the same relative amount.
+  (harness/row_reference.py) widened by the same relative amount;
+- softmax: each value moves by at most ``expm1(2 max|e|)`` of itself (first order
+  ``out_i (e_i - sum_j out_j e_j)``), plus softmax's own bound.
 Inputs are uniform in ``[-a, a]`` with ``a = 3 / K^(1/4)`` (a later Matmul's
 ``sqrt(3 / K)``) so that pre-activations have a standard deviation near 3: both tails of every activation are exercised and exp stays
 far from f32 overflow at any K.
@@ -28,8 +30,9 @@ from morello_build.harness.row_reference import (
     U,
     activation_reference,
     exact_in,
+    softmax_reference,
 )
-from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages, param_names
+from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, SOFTMAX, compose_stages, param_names
 
 #: Largest |f'(v)| of each activation over the reals.
 SLOPES = {"relu": 1.0, "silu": 1.1, "gelu_tanh": 1.13, "gelu_erf": 1.13}
@@ -95,6 +98,14 @@ def pipeline_reference(
             else:
                 v, err = v * bb, err * np.abs(bb)
             err = err + U * (np.abs(v) + err) + SUBNORMAL_ABS / 2
+            continue
+        if stage == SOFTMAX:
+            # softmax(v + e) - softmax(v) is out_i (e_i - sum_j out_j e_j) to first order:
+            # at most 2 max|e| of each value's own size (with slack for the second order).
+            ref, own, _ = softmax_reference(v)
+            spread = 2.0 * np.max(err, axis=-1, keepdims=True)
+            err = ref * np.expm1(1.01 * spread) + own
+            v = ref
             continue
         ref, own = activation_reference(stage, v)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

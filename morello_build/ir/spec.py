@@ -152,6 +152,9 @@ KINDS = (MATMUL, MOVE, ZERO, NEG_INF, *ROW_KINDS)
 #: Stages a pipeline may have after its head (elementwise, so tiles of the output are
 #: tiles of every stage).
 ELEMENTWISE_KINDS = (*UNARY_KINDS, *BROADCAST_KINDS)
+#: Stages a pipeline may have: products, elementwise stages, and softmax along the rows
+#: (which needs whole rows: `whole_rows_stage`).
+STAGE_KINDS = (MATMUL, *ELEMENTWISE_KINDS, SOFTMAX)
 #: Joins the stage kinds of a pipeline's kind.
 STAGE_SEP = "+"
 
@@ -167,13 +170,13 @@ _STAGES: dict[str, tuple[str, ...] | None] = {}
 def compose_stages(kind: str) -> tuple[str, ...] | None:
     """The stage kinds of a pipeline kind, head first; None for any other kind (or a
     malformed one: fewer than two stages, a stage that is neither a Matmul nor
-    elementwise)."""
+    elementwise, nor softmax)."""
     found = _STAGES.get(kind, ())
     if found != ():
         return found
     stages: tuple[str, ...] | None = tuple(kind.split(STAGE_SEP))
     assert stages is not None
-    if len(stages) < 2 or any(k != MATMUL and k not in ELEMENTWISE_KINDS for k in stages):
+    if len(stages) < 2 or any(k not in STAGE_KINDS for k in stages):
         stages = None
     _STAGES[kind] = stages
     return stages
@@ -229,6 +232,13 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
     found = ComposeDims(nxt, rows, tuple(ops), tuple(cols))
     _COMPOSE_DIMS[stages] = found
     return found
+
+
+def last_cols_whole(stages: tuple[str, ...]) -> bool:
+    """Whether a pipeline's output columns cannot be tiled: a softmax after its last
+    product normalizes whole rows (one before a product is fine: the product's k, the
+    softmax's columns, is never tiled)."""
+    return SOFTMAX in stages[max(i for i, k in enumerate(stages) if k == MATMUL or i == 0) :]
 
 
 def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
@@ -306,8 +316,8 @@ class LogicalSpec(NamedTuple):
                 if stage == MATMUL:
                     k = self.shape[dims.cols[i - 1]] if i else k
                     flops += 2 * rows * k * cols
-                else:
-                    flops += rows * cols
+                else:  # softmax: 5 per element, as for the row operation
+                    flops += rows * cols * (5 if stage == SOFTMAX else 1)
             return flops
         return 0
 

@@ -43,7 +43,7 @@ MATMUL_DTYPES: tuple[tuple[Dtype, Dtype, Dtype], ...] = (
 _VECTOR_BYTES = (16, 32, 64)
 
 #: Stage display names (``AddRow``, lower-cased) -> kinds, for ``Compose[...]`` names.
-_STAGE_NAMES = {sp.stage_name(k).lower(): k for k in (sp.MATMUL, *sp.ELEMENTWISE_KINDS)}
+_STAGE_NAMES = {sp.stage_name(k).lower(): k for k in sp.STAGE_KINDS}
 
 
 def _compose_kind(name: str) -> str:
@@ -58,8 +58,8 @@ def _compose_kind(name: str) -> str:
     kind = sp.compose_kind(tuple(stages))
     if sp.compose_stages(kind) is None:
         raise SpecError(
-            f"{name}: a pipeline has at least two stages, each a Matmul or elementwise "
-            "(an activation or a broadcast add/multiply)"
+            f"{name}: a pipeline has at least two stages, each a Matmul, elementwise "
+            "(an activation or a broadcast add/multiply) or a Softmax"
         )
     return kind
 

@@ -65,6 +65,9 @@ PIPELINES = [
     _text("Matmul,AddRow,Relu,Matmul", "1x7x32x24x10", F, F, F, F, F),
     _text("Matmul,Matmul,Matmul", "1x5x12x20x7x9", F, "f32:GL:col", F, F, F),
     _text("AddCol,Matmul,Silu", "1x8x16x24", F, F, F, F),
+    # Softmax: after a product (whole rows), and the attention core softmax(q @ k.T) @ v.
+    _text("Matmul,AddRow,Softmax", "1x8x32x40", F, F, F, F),
+    _text("Matmul,Softmax,Matmul", "1x16x32x64x24", F, "f32:GL:col", F, F),
 ]
 
 
@@ -125,3 +128,20 @@ def test_same_pipeline_same_c() -> None:
     a = synthesize_kernel(MLP, name="fused", target="avx2", use_cache=False).kernel.c_source
     b = synthesize_kernel(MLP, name="fused", target="avx2", use_cache=False).kernel.c_source
     assert a == b
+
+
+def test_a_softmax_stage_keeps_whole_rows() -> None:
+    """No tiling of a pipeline may split the rows a softmax normalizes; a softmax before a
+    product lets the product's own columns be tiled."""
+    from morello_build.actions.enumerate import actions_for
+    from morello_build.actions.tile import TileOut
+    from morello_build.machine.target import get_target
+
+    target = get_target("avx2")
+    last = parse_spec(_text("Matmul,AddRow,Softmax", "1x8x32x40", F, F, F, F))
+    tiles = [a for a, _ in actions_for(last, target) if isinstance(a, TileOut)]
+    assert tiles and all(a.shape[3] == 40 for a in tiles)
+    attention = parse_spec(_text("Matmul,Softmax,Matmul", "1x16x32x64x24", F, F, F, F))
+    tiles = [a for a, _ in actions_for(attention, target) if isinstance(a, TileOut)]
+    assert any(a.shape[4] < 24 for a in tiles)
+    assert all(a.shape[3] == 64 for a in tiles)
