@@ -359,6 +359,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from morello_build.harness.bench import bench_kernel
 
     spec_text = spec_from_args(args)
+    if args.inputs is not None:
+        return _bench_pipeline(args, spec_text)
     res = _synth_kernel(args, spec_text)
     peers = args.peers.split(",") if args.peers else None
     one_thread = None
@@ -378,6 +380,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(report.format_table())
+    return 0
+
+
+def _bench_pipeline(args: argparse.Namespace, spec_text: str) -> int:
+    """A pipeline against the unfused numpy/OpenBLAS path, onnxruntime and XLA, all timed
+    from Python on one thread (harness/pipeline_bench.py)."""
+    from morello_build.harness.pipeline_bench import bench_pipeline
+
+    for option, default in (("peers", None), ("scaling", False), ("peer_isa", "kernel")):
+        if getattr(args, option) != default:
+            flag = "--" + option.replace("_", "-")
+            raise SpecError(f"{flag} applies to matmul and row operations, not to a pipeline")
+    if args.threads > 1:
+        raise SpecError("a pipeline is benchmarked on one thread (its peers run on one)")
+    res = _synth_kernel(args, spec_text)
+    report = bench_pipeline(res.kernel, min_time=args.min_time, compiler=args.cc)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.to_table())
     return 0
 
 

@@ -1,0 +1,143 @@
+"""`bench_pipeline`: a real pipeline kernel (gcc) timed beside real numpy, onnxruntime and
+jax, every output checked against the float64 reference first. Tiny shapes and a short
+timing: no speed thresholds, only that the protocol ran and its numbers are consistent."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+
+from morello_build.api import pipeline_spec_text, synthesize_kernel
+from morello_build.codegen.abi import GeneratedKernel
+from morello_build.harness.bench import BenchError
+from morello_build.harness.pipeline_bench import (
+    DEFAULT_PEERS,
+    JAX,
+    MORELLO,
+    ONNXRUNTIME,
+    UNFUSED,
+    PipelineCase,
+    PipelinePeer,
+    bench_pipeline,
+    plan_unfused,
+)
+from morello_build.harness.row_peers import PyImpl
+from morello_build.ir.spec import compose_stages
+from morello_build.machine.isa import host_supports
+
+FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol
+
+pytestmark = pytest.mark.skipif(not host_supports("avx2"), reason="the kernels are avx2")
+
+CASES: dict[str, tuple[str, dict[str, tuple[int, ...]], str]] = {
+    "relu": ("relu(x @ w + b)", {"x": (8, 32), "w": (32, 48), "b": (48,)}, "f32"),
+    "gelu_wT": ("gelu(x @ w.T + b)", {"x": (8, 32), "w": (48, 32), "b": (48,)}, "f32"),
+    "bf16_silu_col": ("silu(x @ w * c)", {"x": (4, 16), "w": (16, 24), "c": (4, 1)}, "bf16"),
+    "two_products": (
+        "relu(x @ w.T + b) @ v",
+        {"x": (4, 16), "w": (24, 16), "b": (24,), "v": (24, 8)},
+        "f32",
+    ),
+}
+#: Cases this checkout's pipelines cannot express yet (products after the head).
+UNSUPPORTED = {"two_products"} if compose_stages("matmul+relu+matmul") is None else set()
+
+
+@cache
+def _kernel(case: str) -> GeneratedKernel:
+    expr, shapes, dtype = CASES[case]
+    text = pipeline_spec_text(expr, shapes, dtype=dtype)
+    return synthesize_kernel(text, name="pb_k", target="avx2", use_cache=False).kernel
+
+
+def _missing(peer: str) -> str | None:
+    """Why `peer`'s library cannot run here, or None."""
+    modules = {ONNXRUNTIME: ("onnxruntime", "onnx"), JAX: ("jax",)}.get(peer, ())
+    gone = [m for m in modules if importlib.util.find_spec(m) is None]
+    return f"{', '.join(gone)} not installed" if gone else None
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_installed_peer_is_checked_and_timed(case: str) -> None:
+    if case in UNSUPPORTED:
+        pytest.skip("this checkout has no pipelines with a product after the head")
+    kernel = _kernel(case)
+    bench = bench_pipeline(kernel, min_time=FAST)
+    assert [r.name for r in bench.rows] == [MORELLO, *(p.name for p in DEFAULT_PEERS)]
+    me = bench.row(MORELLO)
+    assert me.status == "ok" and me.ms is not None and me.ms > 0 and me.speedup == 1.0
+    for row in bench.rows:
+        if _missing(row.name):
+            assert row.status.startswith("not installed (pip install"), row.status
+            assert row.ms is None
+            continue
+        assert row.status == "ok", f"{row.name}: {row.status}"
+        assert row.checked is not None and 0.0 <= row.checked <= 1.0
+        assert row.ms is not None and row.ms > 0
+        assert row.gflops == pytest.approx(kernel.abi.flops / (row.ms * 1e-3) / 1e9)
+        assert row.speedup == pytest.approx(row.ms / me.ms)
+    table = bench.to_table()
+    for row in bench.rows:
+        assert f"| {row.name} |" in table
+    assert kernel.abi.op in table
+    if kernel.abi.operands[0].dtype == "bf16":
+        assert any("peers get the same values as f32" in n for n in bench.notes)
+    if "gelu_erf" in kernel.abi.op:
+        assert any("unfused gelu_erf" in n for n in bench.notes)
+    doc = json.loads(json.dumps(bench.to_json()))
+    assert doc["op"] == kernel.abi.op and len(doc["rows"]) == len(bench.rows)
+    assert bench.best(fused=False) == bench.row(UNFUSED)
+
+
+def _without_bias(case: PipelineCase) -> PyImpl | str:
+    """numpy's matmul alone: the bias and the activation forgotten."""
+    y = np.empty(case.out_shape, dtype=np.float32)
+    x, w = case.logical()[:2]
+    return PyImpl("forgot the bias", lambda: np.matmul(x, w, out=y), lambda: y)
+
+
+def _raises(case: PipelineCase) -> PyImpl | str:
+    raise RuntimeError("no CPU provider\nsecond line")
+
+
+def test_a_wrong_or_failing_peer_is_reported_and_not_timed() -> None:
+    peers = (
+        PipelinePeer(UNFUSED, False, plan_unfused),
+        PipelinePeer("forgot the bias", False, _without_bias),
+        PipelinePeer("broken", True, _raises),
+        PipelinePeer("absent", True, lambda case: "not installed (pip install absent)"),
+    )
+    bench = bench_pipeline(_kernel("relu"), min_time=FAST, peers=peers)
+    assert bench.row(UNFUSED).status == "ok" and bench.row(UNFUSED).ms is not None
+    wrong = bench.row("forgot the bias")
+    assert wrong.status.startswith("wrong: ") and "elements wrong" in wrong.status
+    assert wrong.ms is None and wrong.speedup is None
+    assert wrong.checked is not None and wrong.checked > 1.0
+    assert bench.row("broken").status == "failed: RuntimeError: no CPU provider"
+    assert bench.row("absent").status == "not installed (pip install absent)"
+    table = bench.to_table()
+    assert "| forgot the bias | - | - | - | wrong: " in table
+    assert bench.best(fused=True) is None  # no fused peer was timed
+    assert bench.best(fused=False) == bench.row(UNFUSED)
+
+
+def test_a_wrong_kernel_is_an_error_not_a_row() -> None:
+    """A real relu kernel presented as a gelu one computes the wrong function."""
+    kernel = _kernel("relu")
+    lying = dataclasses.replace(
+        kernel, abi=dataclasses.replace(kernel.abi, op="matmul+add_row+gelu_erf")
+    )
+    with pytest.raises(BenchError, match="wrong result"):
+        bench_pipeline(lying, min_time=FAST, peers=())
+
+
+def test_a_kernel_that_is_no_pipeline_is_refused() -> None:
+    kernel = _kernel("relu")
+    matmul = dataclasses.replace(kernel, abi=dataclasses.replace(kernel.abi, op="matmul"))
+    with pytest.raises(ValueError, match="not a pipeline"):
+        bench_pipeline(matmul, peers=())
