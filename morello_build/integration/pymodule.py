@@ -1,6 +1,7 @@
 """Generate a CPython extension module exposing kernels as ``name(a, b, out=None)`` (a matmul),
-``name(x, out=None)`` (a row op: softmax, gelu, ...) or ``name(x, b, out=None)`` (x + b or
-x * b with b broadcast: add_row, mul_col, ...).
+``name(x, out=None)`` (a row op: softmax, gelu, ...), ``name(x, b, out=None)`` (x + b or
+x * b with b broadcast: add_row, mul_col, ...) or ``name(x, w, b, out=None)`` (a pipeline,
+e.g. ``gelu(x @ w + b)``: its declared inputs by name, in their declared order).
 
 Plain C over the buffer protocol (no pybind11, no numpy headers), so the module can be built
 against the stable ABI (3.11+) and works with any buffer exporter. numpy is imported only to
@@ -10,6 +11,7 @@ come from the declarations, so this is generated at configure time, before synth
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -89,7 +91,7 @@ def module_source(module: str, kernels: Sequence[ModuleKernel]) -> str:
     methods: list[str] = []
     for mk in kernels:
         out.append(_kernel_block(mk))
-        doc = _doc(mk).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        doc = _c_string(_doc(mk))
         methods.append(
             f'    {{"{mk.decl.name}", (PyCFunction)(void (*)(void))morello_py_{mk.decl.name}, '
             f'METH_VARARGS | METH_KEYWORDS, "{doc}"}},'
@@ -138,10 +140,29 @@ def module_source(module: str, kernels: Sequence[ModuleKernel]) -> str:
     return "\n".join(out)
 
 
+def _c_string(text: str) -> str:
+    """`text` as the body of a C string literal: quotes, backslashes and newlines escaped,
+    any other byte outside printable ASCII as an octal escape (an expression may hold
+    tabs or Unicode spaces)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif 0x20 <= byte < 0x7F:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return "".join(out)
+
+
 def _info_value(kernels: Sequence[ModuleKernel]) -> tuple[str, str]:
     """Py_BuildValue format and arguments of {name: {op, shape, dtype, ...}}: a matmul's
     shape is (b, m, k, n) and it has layouts, accumulate and batched too; a row op's shape
-    is (rows, n)."""
+    is (rows, n); a pipeline's (op "pipeline") is out's (rows, n), and it has its expr and
+    inputs ({name: shape}, in declaration order)."""
     fmt: list[str] = []
     args: list[str] = []
     for mk in kernels:
@@ -153,6 +174,12 @@ def _info_value(kernels: Sequence[ModuleKernel]) -> tuple[str, str]:
         args += ['"threads"', str(d.threads), '"isas"', *(f'"{i}"' for i in mk.isas)]
         if d.is_row_op:
             fmt.append(f"s:{{s:s,s:{shape},s:s,s:i,s:{isas}}}")
+            continue
+        if d.expr is not None:
+            inputs = ",".join(f"s:({'i' * len(s)})" for _, s in d.inputs)
+            fmt.append(f"s:{{s:s,s:{shape},s:s,s:i,s:{isas},s:s,s:{{{inputs}}}}}")
+            args += ['"expr"', f'"{_c_string(d.expr)}"', '"inputs"']
+            args += [a for n, s in d.inputs for a in (f'"{n}"', *map(str, s))]
             continue
         fmt.append(f"s:{{s:s,s:{shape},s:s,s:i,s:{isas},s:(sss),s:O,s:O}}")
         args += ['"layouts"', *(f'"{x}"' for x in d.layouts)]
@@ -189,17 +216,26 @@ assert set(_ROW_WHAT) == set(ROW_OPS)
 
 def _labels(d: KernelDecl) -> tuple[str, ...]:
     """Python parameter names of the kernel's operands, out last (as `decl_operands`)."""
-    if d.is_row_op:
-        return tuple(o.name for o in decl_operands(d))  # (x, out) or (x, b, out)
+    if d.is_row_op or d.is_pipeline:
+        # (x, out), (x, b, out), or a pipeline's inputs as declared then out
+        return tuple(o.name for o in decl_operands(d))
     return ("a", "b", "out")
+
+
+def _what(d: KernelDecl) -> str:
+    """What the kernel computes, for its docstring."""
+    if d.expr is not None:
+        return f"out = {' '.join(d.expr.split())} (fused into one kernel)"
+    if d.is_row_op:
+        return _ROW_WHAT[d.op]
+    return "out += a @ b" if d.accumulate else "out = a @ b"
 
 
 def _doc(mk: ModuleKernel) -> str:
     d = mk.decl
     ops = decl_operands(d)
     labels = _labels(d)
-    matmul = "out += a @ b" if d.accumulate else "out = a @ b"
-    what = _ROW_WHAT[d.op] if d.is_row_op else matmul
+    what = _what(d)
     alloc = "zeros" if d.accumulate else "a new array"
     described = "; ".join(_describe(o, label) for o, label in zip(ops, labels, strict=True))
     return (
@@ -216,7 +252,12 @@ def _kernel_block(mk: ModuleKernel) -> str:
     labels = _labels(d)
     count = len(ops)
     c = ops[-1]
-    params = ", ".join(o.c_param() for o in ops)
+    # A pipeline's input names are the user's (`gamma`, `int`...): the prototype names its
+    # parameters by position, so that no name can clash with a C keyword or a libc macro.
+    named = [
+        dataclasses.replace(o, name=f"arg{i}") if d.is_pipeline else o for i, o in enumerate(ops)
+    ]
+    params = ", ".join(o.c_param() for o in named)
     phys_shape = [c.shape[i] for i in c.order]
     phys = ", ".join(str(s) for s in phys_shape)
     axes = _transpose_axes(c)
@@ -232,9 +273,9 @@ def _kernel_block(mk: ModuleKernel) -> str:
     kwlist = ", ".join(f'"{label}"' for label in labels)
     objs = ", ".join(["NULL"] * (count - 1) + ["Py_None"])
     refs = ", ".join(f"&objs[{i}]" for i in range(count))
-    # A matmul's message names both inputs (as it always has); a row op's names the one
-    # out overlaps (NULL: `morello_get_views` names it).
-    inputs = '"a or b"' if not d.is_row_op else "NULL"
+    # A matmul's message names both inputs (as it always has); a row op's or a pipeline's
+    # names the one out overlaps (NULL: `morello_get_views` names it).
+    inputs = "NULL" if d.is_row_op or d.is_pipeline else '"a or b"'
     call = ", ".join(f"({o.c_type} *)views[{i}].buf" for i, o in enumerate(ops))
     return f"""
 void {n}({params});
