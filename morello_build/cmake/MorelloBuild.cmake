@@ -2,6 +2,9 @@
 #
 #   morello_add_kernel(<target> NAME <c-name> SPEC <spec-text> [TARGET_ISA <isa>...]
 #                      [TUNE <tune>] [OUTPUT_DIR <dir>] [NO_VERIFY] [HEADER_DIR_VAR <var>])
+#   morello_add_kernel(<target> NAME <c-name> EXPR <expression> INPUTS <name>=<shape>,...
+#                      [DTYPE f32|bf16] [THREADS <n>] [TARGET_ISA <isa>...] [TUNE <tune>]
+#                      [OUTPUT_DIR <dir>] [NO_VERIFY] [HEADER_DIR_VAR <var>])
 #   morello_add_kernels(<target> CONFIG <pyproject.toml|morello.toml> [KERNELS <name>...]
 #                       [TARGET_ISA <isa>...] [TUNE <tune>] [OUTPUT_DIR <dir>] [NO_VERIFY]
 #                       [HEADER_DIR_VAR <var>])
@@ -14,7 +17,10 @@
 #
 # SPEC is what `morello synth` takes: the text form, or the shorthand
 # "matmul MxKxN [--dtype bf16] [--layout-b col] [--accumulate]"; it is checked at configure
-# time. The build step builds exactly what configure resolved (ISAs and tuning included), so
+# time. EXPR is a pipeline as a declaration's `expr` (e.g. "gelu(x @ w + b)"), INPUTS the
+# shapes of its inputs as `morello synth --inputs` takes them (x=64x768,w=768x3072,b=3072),
+# DTYPE the type of its matrix inputs; all are checked at configure time too.
+# The build step builds exactly what configure resolved (ISAs and tuning included), so
 # a CMake-built kernel is byte-identical to `morello synth --format c` on the same host.
 #
 # How builds stay incremental: the declarations are read at configure time (the toml is a
@@ -388,9 +394,27 @@ endmacro()
 # --- public functions -------------------------------------------------------------------
 
 function(morello_add_kernel target)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY" "NAME;SPEC;TUNE;OUTPUT_DIR;HEADER_DIR_VAR" "TARGET_ISA")
-  if(NOT ARG_NAME OR NOT ARG_SPEC)
-    message(FATAL_ERROR "morello_add_kernel(${target}): NAME <c-name> and SPEC <spec-text> are required")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "NO_VERIFY" "NAME;SPEC;EXPR;DTYPE;THREADS;TUNE;OUTPUT_DIR;HEADER_DIR_VAR" "TARGET_ISA;INPUTS")
+  set(_fn "morello_add_kernel(${target})")
+  if(DEFINED ARG_SPEC AND DEFINED ARG_EXPR)
+    message(FATAL_ERROR "${_fn}: give either SPEC <spec-text> or EXPR <expression>, not both")
+  endif()
+  if(DEFINED ARG_EXPR)
+    if(NOT ARG_NAME)
+      message(FATAL_ERROR "${_fn}: NAME <c-name> is required")
+    endif()
+    if(NOT ARG_INPUTS)
+      message(FATAL_ERROR "${_fn}: EXPR needs INPUTS, the shape of each input in the order the kernel takes them (e.g. INPUTS \"x=64x768,w=768x3072,b=3072\")")
+    endif()
+  else()
+    foreach(_opt INPUTS DTYPE THREADS)
+      if(DEFINED ARG_${_opt})
+        message(FATAL_ERROR "${_fn}: ${_opt} applies to EXPR only (a SPEC shorthand takes --dtype and --threads)")
+      endif()
+    endforeach()
+    if(NOT ARG_NAME OR NOT ARG_SPEC)
+      message(FATAL_ERROR "${_fn}: NAME <c-name> and SPEC <spec-text> are required")
+    endif()
   endif()
   set(_isas "${ARG_TARGET_ISA}")
   if(NOT _isas)
@@ -400,10 +424,24 @@ function(morello_add_kernel target)
     set(_isas native)
   endif()
   _morello_forward(_pass NO_VERIFY OUTPUT_DIR HEADER_DIR_VAR)
-  # --where names the kernel in errors: SPEC "<text>" (the function and target are added).
-  set(_where "SPEC \"${ARG_SPEC}\"")
-  _morello_library(${target} morello_add_kernel "--spec;${ARG_SPEC};--name;${ARG_NAME};--where;${_where}"
-                   "" "${_isas}" "${ARG_TUNE}" "" ${_pass})
+  # --where names the kernel in errors: SPEC "<text>" or EXPR "<text>" (the function and
+  # target are added).
+  if(DEFINED ARG_EXPR)
+    # INPUTS is one string "x=8x16,w=16x24,b=24" or several words x=8x16 w=16x24 b=24.
+    string(REPLACE ";" "," _inputs "${ARG_INPUTS}")
+    set(_where "EXPR \"${ARG_EXPR}\"")
+    set(_source "--expr;${ARG_EXPR};--inputs;${_inputs};--name;${ARG_NAME};--where;${_where}")
+    if(DEFINED ARG_DTYPE)
+      list(APPEND _source --dtype "${ARG_DTYPE}")
+    endif()
+    if(DEFINED ARG_THREADS)
+      list(APPEND _source --threads "${ARG_THREADS}")
+    endif()
+  else()
+    set(_where "SPEC \"${ARG_SPEC}\"")
+    set(_source "--spec;${ARG_SPEC};--name;${ARG_NAME};--where;${_where}")
+  endif()
+  _morello_library(${target} morello_add_kernel "${_source}" "" "${_isas}" "${ARG_TUNE}" "" ${_pass})
   if(ARG_HEADER_DIR_VAR)
     set(${ARG_HEADER_DIR_VAR} "${${ARG_HEADER_DIR_VAR}}" PARENT_SCOPE)
   endif()

@@ -930,3 +930,241 @@ def test_remote_cache_variable_reaches_the_build_step(tmp_path: Path) -> None:
         outputs.append(proc.stdout + proc.stderr)
         assert len(list(remote.rglob("*.bundle"))) == 1, outputs[-1]
     assert "synthesized" in outputs[0] and "cache hit" in outputs[1], outputs
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 36: pipelines, through morello_add_kernel(... EXPR ... INPUTS ...) and a toml's
+# `expr` / `inputs`.
+
+PIPELINE_CHECK = r"""
+/* Pipelines from EXPR and from morello.toml against double-precision references. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mlp_k.h"
+#include "proj_b.h"
+#include "act_k.h"
+#include "mlp2_k.h"
+
+static float x[8 * 24], w[24 * 16], v[16 * 8], b[24], c[8], out[8 * 24];
+static uint16_t xb[4 * 8], wb[16 * 8];
+
+static unsigned seed = 7u;
+
+static float next(void)
+{
+    seed = seed * 1664525u + 1013904223u;
+    return ((float)(seed >> 8) / 16777216.0f - 0.5f) * 4.0f;
+}
+
+static uint16_t next_bf16(void)
+{
+    float f = next();
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16); /* truncated: exactly a bf16 value */
+}
+
+static double bf16(uint16_t bits)
+{
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static double relu(double t) { return t > 0.0 ? t : 0.0; }
+
+static int report(const char *name, double worst)
+{
+    printf("%s: %s\n", name, worst <= 1e-5 ? "ok" : "FAIL");
+    if (worst > 1e-5)
+        fprintf(stderr, "%s: max rel err %.3g\n", name, worst);
+    return worst > 1e-5;
+}
+
+static double err(double got, double ref)
+{
+    return fabs(got - ref) / (fabs(ref) + 1.0); /* rel, with a floor near 0 */
+}
+
+int main(void)
+{
+    int i, j, p, fails = 0;
+    double worst = 0.0, s, h[16];
+    for (i = 0; i < 8 * 24; i++)
+        x[i] = next();
+    for (i = 0; i < 24 * 16; i++)
+        w[i] = next();
+    for (i = 0; i < 16 * 8; i++)
+        v[i] = next();
+    for (i = 0; i < 24; i++)
+        b[i] = next();
+    for (i = 0; i < 8; i++)
+        c[i] = next();
+    for (i = 0; i < 4 * 8; i++)
+        xb[i] = next_bf16();
+    for (i = 0; i < 16 * 8; i++)
+        wb[i] = next_bf16();
+    /* mlp_k: relu(x @ w.T + b), x [8, 16], w [24, 16] */
+    mlp_k(x, w, b, out);
+    for (i = 0; i < 8; i++)
+        for (j = 0; j < 24; j++) {
+            for (s = b[j], p = 0; p < 16; p++)
+                s += (double)x[i * 16 + p] * w[j * 16 + p];
+            worst = fmax(worst, err(out[i * 24 + j], relu(s)));
+        }
+    fails += report("mlp_k", worst);
+    /* proj_b: relu(x @ w.T + b), bf16 x [4, 8] and w [16, 8] */
+    worst = 0.0;
+    proj_b(xb, wb, b, out);
+    for (i = 0; i < 4; i++)
+        for (j = 0; j < 16; j++) {
+            for (s = b[j], p = 0; p < 8; p++)
+                s += bf16(xb[i * 8 + p]) * bf16(wb[j * 8 + p]);
+            worst = fmax(worst, err(out[i * 16 + j], relu(s)));
+        }
+    fails += report("proj_b", worst);
+    /* act_k: silu(x * c + b), x [8, 24], c [8, 1] */
+    worst = 0.0;
+    act_k(x, c, b, out);
+    for (i = 0; i < 8 * 24; i++) {
+        s = (double)x[i] * c[i / 24] + b[i % 24];
+        worst = fmax(worst, err(out[i], s / (1.0 + exp(-s))));
+    }
+    fails += report("act_k", worst);
+    /* mlp2_k (toml): relu(x @ w1 + b) @ w2, x [4, 8], w1 [8, 16], b [16], w2 [16, 8] */
+    worst = 0.0;
+    mlp2_k(x, w, b, v, out);
+    for (i = 0; i < 4; i++) {
+        for (j = 0; j < 16; j++) {
+            for (s = b[j], p = 0; p < 8; p++)
+                s += (double)x[i * 8 + p] * w[p * 16 + j];
+            h[j] = relu(s);
+        }
+        for (j = 0; j < 8; j++) {
+            for (s = 0.0, p = 0; p < 16; p++)
+                s += h[p] * v[p * 8 + j];
+            worst = fmax(worst, err(out[i * 8 + j], s));
+        }
+    }
+    fails += report("mlp2_k", worst);
+    return fails != 0;
+}
+"""
+
+
+def test_pipeline_expr_builds_links_and_runs(tmp_path: Path, cache: Path) -> None:
+    """`morello_add_kernel(... EXPR ... INPUTS ...)` (INPUTS as one string or as words,
+    DTYPE bf16, TARGET_ISA lists) and a toml's `expr` / `inputs`: verified at build time,
+    linked into a C program that checks them in double, the C byte for byte what `morello
+    synth EXPR --inputs ...` prints."""
+    src = _project(
+        tmp_path / "src",
+        'morello_add_kernel(mlp NAME mlp_k EXPR "relu(x @ w.T + b)" INPUTS x=8x16 w=24x16 b=24)\n'
+        'morello_add_kernel(proj NAME proj_b EXPR "relu(x @ w.T + b)"\n'
+        '                   INPUTS "x=4x8,w=16x8,b=16" DTYPE bf16 THREADS 1)\n'
+        'morello_add_kernel(act NAME act_k EXPR "silu(x * c + b)" INPUTS "x=8x24,c=8x1,b=24"\n'
+        "                   TARGET_ISA avx2 x86-64)\n"
+        "morello_add_kernels(cfg CONFIG morello.toml)\n"
+        "add_executable(check_pipes check_pipes.c)\n"
+        "target_link_libraries(check_pipes PRIVATE mlp proj act cfg m)\n",
+        files={
+            "morello.toml": '[[kernel]]\nname = "mlp2_k"\nexpr = "relu(x @ w1 + b) @ w2"\n'
+            "inputs = { x = [4, 8], w1 = [8, 16], b = [16], w2 = [16, 8] }\n",
+            "check_pipes.c": PIPELINE_CHECK,
+        },
+    )
+    env = _env(cache)
+    build = tmp_path / "build"
+    _run(
+        ["cmake", "-S", str(src), "-B", str(build), *_gen_args(),
+         f"-DMorelloBuild_DIR={_cmake_dir()}", f"-DMORELLO_PYTHON={sys.executable}",
+         "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror"],
+        env,
+        src,
+    )  # fmt: skip
+    out = _run(["cmake", "--build", str(build)], env, src).stdout
+    names = ("mlp_k", "proj_b", "act_k", "mlp2_k")
+    for name in names:
+        assert re.search(rf"^{name}: .*; verified ", out, re.M), out
+    run = _run([str(build / "check_pipes")], env, src)
+    assert run.stdout.split() == [w for n in names for w in (f"{n}:", "ok")], run.stderr
+    proj = json.loads((build / "morello" / "proj" / "proj_b.json").read_text())
+    assert proj["spec"] == (
+        "Compose[Matmul,AddRow,Relu](1x4x8x16, bf16:GL:row, bf16:GL:col, f32:GL:row, "
+        "f32:GL:row, serial)"
+    )
+    act = json.loads((build / "morello" / "act" / "act_k.json").read_text())
+    assert [f["isa"] for f in act["functions"]] == ["avx2", "x86-64"]
+    mlp2 = json.loads((build / "morello" / "cfg" / "mlp2_k.json").read_text())
+    assert len(mlp2["operands"]) == 5 and mlp2["operands"][-1]["shape"] == [4, 8]
+    c, h = tmp_path / "mlp_k.c", tmp_path / "mlp_k.h"
+    _run(
+        [sys.executable, "-m", "morello_build", "synth", "relu(x @ w.T + b)",
+         "--inputs", "x=8x16,w=24x16,b=24", "--format", "c", "--name", "mlp_k", "-o", str(c),
+         "--header", str(h), "--quiet"],
+        env,
+        tmp_path,
+    )  # fmt: skip
+    gen = build / "morello" / "mlp"
+    assert (gen / "mlp_k.c").read_bytes() == c.read_bytes()
+    assert (gen / "mlp_k.h").read_bytes() == h.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            'morello_add_kernel(bad NAME bad EXPR "gleu(x @ w + b)" INPUTS "x=8x16,w=16x24,b=24")',
+            'morello_add_kernel(bad): EXPR "gleu(x @ w + b)": expr col 1: unknown function '
+            "'gleu'; did you mean 'gelu'?",
+        ),
+        (
+            'morello_add_kernel(bad NAME bad EXPR "relu(x @ w + b)" INPUTS x=8x16 w=16x24 b=23)',
+            "morello_add_kernel(bad): EXPR \"relu(x @ w + b)\": expr col 14: 'b' is [23] but "
+            "x @ w is 8x24; a row vector needs 24 elements",
+        ),
+        (
+            'morello_add_kernel(bad NAME bad EXPR "relu(x @ w + b)" INPUTS "x=8x16,w=16x24,b=24"'
+            " DTYPE f16)",
+            'morello_add_kernel(bad): EXPR "relu(x @ w + b)": dtype: expected "f32" or "bf16" '
+            '(the type of the matrix inputs; vectors and out are f32), got "f16"',
+        ),
+        (
+            'morello_add_kernel(bad NAME bad EXPR "relu(x @ w + b)")',
+            "morello_add_kernel(bad): EXPR needs INPUTS, the shape of each input in the order "
+            'the kernel takes them (e.g. INPUTS "x=64x768,w=768x3072,b=3072")',
+        ),
+        (
+            'morello_add_kernel(bad NAME bad SPEC "matmul 8x8x8" EXPR "relu(x @ w)"'
+            " INPUTS x=8x8 w=8x8)",
+            "morello_add_kernel(bad): give either SPEC <spec-text> or EXPR <expression>, not both",
+        ),
+        (
+            'morello_add_kernel(bad NAME bad SPEC "matmul 8x8x8" DTYPE bf16)',
+            "morello_add_kernel(bad): DTYPE applies to EXPR only (a SPEC shorthand takes "
+            "--dtype and --threads)",
+        ),
+    ],
+    ids=["misspelt-function", "bias-size", "dtype", "no-inputs", "spec-and-expr", "spec-dtype"],
+)
+def test_bad_pipeline_expr_fails_configure(
+    tmp_path: Path, cache: Path, call: str, message: str
+) -> None:
+    """A bad EXPR stops configure with one line naming the function, target and EXPR;
+    nothing is generated."""
+    src = _project(tmp_path / "src", call + "\n")
+    proc = _run(
+        ["cmake", "-S", str(src), "-B", str(tmp_path / "b"), *_gen_args(),
+         f"-DMorelloBuild_DIR={_cmake_dir()}", f"-DMORELLO_PYTHON={sys.executable}"],
+        _env(cache),
+        src,
+        ok=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert _flat(message) in _flat(proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list((tmp_path / "b").glob("morello/bad/*.c"))
