@@ -381,6 +381,37 @@ def _cli_fixed() -> list[Case]:
             "be f32",
         ),
         ([*gen, "--spec", "mul_col 8x8", "--name", "int"], "--name"),
+        # Pipelines (issue 36): --expr with --inputs, as a declaration's expr and inputs.
+        ([*gen, *_expr("gleu(x @ w + b)")], "expr col 1"),
+        ([*gen, *_expr("relu(x @ w + b)", "x=8x16,w=16x24,b=23")], "expr col 14"),
+        ([*gen, *_expr("relu(x @ w + b)", "x=8x16,w=15x24,b=24")], "expr col 8"),
+        ([*gen, *_expr("relu(x @ w + b)", "x=8x16,w=16x24")], "expr col 14"),
+        ([*gen, *_expr("relu(x @ w + b)", "x=8x16,b=24,w=16x24")], "inputs"),
+        ([*gen, *_expr("relu(x @ w + b)", "x=8x0,w=16x24,b=24")], "--inputs"),
+        ([*gen, *_expr("relu(x @ w + b)", "x:8x16")], "--inputs"),
+        ([*gen, *_expr("relu(x @ w + b - b)")], "expr col"),
+        ([*gen, *_expr("")], "expr"),
+        ([*gen, *_expr("x @ w")], "expr"),
+        ([*gen, "--expr", "relu(x @ w + b)", "--name", "mlp"], "--inputs"),
+        ([*gen, "--expr", "relu(x @ w + b)", "--inputs", "x=8x16,w=16x24,b=24"], "--name"),
+        ([*gen, *_expr("relu(x @ w + b)"), "--dtype", "f16"], "dtype"),
+        ([*gen, *_expr("relu(x @ w + b)"), "--threads", "0"], "threads"),
+        ([*gen, *_expr("relu(x @ w + b)"), "--threads", "x"], "--threads"),
+        ([*gen, *_expr("relu(x @ w + b)"), "--spec", "matmul 4x4x4"], "--spec"),
+        (
+            [
+                *gen,
+                "--expr",
+                "relu(x @ w + b)",
+                "--inputs",
+                "x=8x16,w=16x24,b=24",
+                "--name",
+                "free",
+            ],
+            "--name",
+        ),  # fmt: skip
+        ([*gen, "--spec", "matmul 4x4x4", "--name", "mm", "--inputs", "x=4x4"], "--inputs"),
+        ([*gen, "--spec", "matmul 4x4x4", "--name", "mm", "--dtype", "bf16"], "--dtype"),
         (
             [
                 *gen,
@@ -416,6 +447,11 @@ def _cli_fixed() -> list[Case]:
     ):
         add("cli generate", argv, needle, files=(("a_file", "x"),))
     return cases
+
+
+def _expr(expr: str, inputs: str = "x=8x16,w=16x24,b=24") -> list[str]:
+    """`generate --expr` options of a pipeline named mlp."""
+    return ["--expr", expr, "--inputs", inputs, "--name", "mlp"]
 
 
 #: Valid options a generated command line may carry besides its bad ones.
@@ -631,6 +667,59 @@ def decl_cases() -> list[Case]:
     for v in ('"add_rows"', '"AddRow"', '"add row"', '"add"', '"bias"'):
         add("decl broadcast op", _decl([{"name": '"bias"', "op": v, "shape": "[8, 64]"}]),
             "op:", must=('"bias"', '"add_row"'))  # fmt: skip
+    # Pipelines (issue 36): expr over inputs, instead of op and shape.
+    pipe = {
+        "name": '"mlp"',
+        "expr": '"relu(x @ w + b)"',
+        "inputs": "{ x = [8, 16], w = [16, 24], b = [24] }",
+    }
+    add("decl pipeline", _decl([{**pipe, "expr": '"gleu(x @ w + b)"'}]), "expr col 1:",
+        must=('"mlp"', "unknown function 'gleu'; did you mean 'gelu'?"))  # fmt: skip
+    add("decl pipeline", _decl([{**pipe, "inputs": "{ x = [8, 16], w = [16, 24], b = [23] }"}]),
+        "expr col 14:", must=('"mlp"', "a row vector needs 24 elements"))  # fmt: skip
+    add("decl pipeline", _decl([{**pipe, "inputs": "{ x = [8, 16], w = [15, 24], b = [24] }"}]),
+        "expr col 8:", must=('"mlp"', "inner dimensions"))  # fmt: skip
+    for v in (
+        '"relu(x @ v + b)"', '"relu(x @ w + b"', '"relu(x @ w - b)"', '"0.5 * relu(x @ w + b)"',
+        '"relu(x @ w + b) +"', '"relu(x w + b)"', '"x @ w.T + b"', '"relu(x @ w + b)) "',
+        '"relu(x @ w + b, 2)"', '"relu"', '"x @ w"', '""', '"   "', "3", "[]", "true",
+        '"relu(x @ w + b) / 2"', '"relu(x @ w\\n + q)"', '"relu(x @ (w + b))"',
+    ):  # fmt: skip
+        add("decl pipeline", _decl([{**pipe, "expr": v}]), "expr", must=('"mlp"',))
+    for v in (
+        "[8, 16]", "{}", '"x=8x16"', "{ x = [0, 16], w = [16, 24], b = [24] }",
+        "{ x = [8, 16, 2], w = [16, 24], b = [24] }", "{ x = [8, 16], w = [16, 24], b = 24 }",
+        '{ x = [8, 16], w = [16, 24], b = ["24"] }', "{ x = [8, 16], w = [16, 24], b = [] }",
+        "{ x = [2147483648, 16], w = [16, 24], b = [24] }",
+        "{ x = [2147483647, 65536], w = [65536, 24], b = [24] }",
+        "{ w = [16, 24], x = [8, 16], b = [24] }", "{ x = [8, 16], w = [16, 24] }",
+        "{ x = [8, 16], w = [16, 24], b = [24], c = [8, 1] }",
+        '{ x = [8, 16], w = [16, 24], "b 2" = [24] }', "{ x = [8, 16], w = [16, 24], out = [24] }",
+        "{ x = [8, 16], w = [16, 24], lambda = [24] }",
+    ):  # fmt: skip
+        add("decl pipeline", _decl([{**pipe, "inputs": v}]), "inputs", "expr col",
+            must=('"mlp"',))  # fmt: skip
+    for key, v in (
+        ("op", '"relu"'), ("op", '"matmul"'), ("shape", "[8, 16, 24]"),
+        ("dtypes", '["f32", "f32", "f32"]'), ("layouts", '["row", "row", "row"]'),
+        ("accumulate", "false"), ("schedule", '"os:getcwd"'),
+    ):  # fmt: skip
+        add("decl pipeline", _decl([{**pipe, key: v}]), f"{key}:",
+            must=('"mlp"', "cannot be combined with expr"))  # fmt: skip
+    add("decl pipeline", _decl([{"name": '"mlp"', "expr": pipe["expr"]}]), "inputs:",
+        must=('"mlp"', "missing"))  # fmt: skip
+    add("decl pipeline", _decl([{"name": '"mlp"', "shape": "[8, 16, 24]", "inputs": pipe["inputs"]}]),
+        "inputs:", must=('"mlp"', "only with expr"))  # fmt: skip
+    for v in ('"f16"', '"F32"', "16"):
+        add("decl pipeline", _decl([{**pipe, "dtype": v}]), "dtype:",
+            must=('"mlp"', "matrix inputs"))  # fmt: skip
+    for key, v in (("threads", "0"), ("target", '"avx1024"'), ("tune", '"zen9"')):
+        add("decl pipeline", _decl([{**pipe, key: v}]), f"{key}:", must=('"mlp"',))
+    add("decl pipeline", _decl([{"name": '"ok"', "shape": "[4, 4, 4]"},
+                                {**pipe, "expr": '"gleu(x @ w + b)"'}]),
+        "expr col 1:", must=('"mlp"',))  # fmt: skip
+    add("decl pipeline", _decl([pipe, {**pipe, "expr": '"gelu(x @ w + b)"'}]), "name:",
+        must=("duplicate",))  # fmt: skip
     # The top level.
     kern = '[[tool.morello.kernel]]\nname = "mm"\nshape = [4, 4, 4]\n'
     for top, needle in (
