@@ -1168,3 +1168,48 @@ def test_bad_pipeline_expr_fails_configure(
     assert _flat(message) in _flat(proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list((tmp_path / "b").glob("morello/bad/*.c"))
+
+
+def test_pipeline_python_module_through_cmake(tmp_path: Path, cache: Path) -> None:
+    """`morello_add_python_module` (what a pip build runs) with declared pipelines: each is
+    `name(<inputs by name>, out=None) -> out`, matching numpy in float64."""
+    np = pytest.importorskip("numpy")
+    src = _project(
+        tmp_path / "src",
+        "morello_add_python_module(pipes CONFIG morello.toml)\n",
+        files={
+            "morello.toml": 'target = "native"\n'
+            '[[kernel]]\nname = "mlp"\nexpr = "relu(x @ w + b)"\n'
+            "inputs = { x = [8, 16], w = [16, 24], b = [24] }\n"
+            '[[kernel]]\nname = "act"\nexpr = "silu(x * c + b)"\n'
+            "inputs = { x = [8, 24], c = [8, 1], b = [24] }\n"
+        },
+    )
+    env = _env(cache)
+    build = tmp_path / "build"
+    _run(
+        ["cmake", "-S", str(src), "-B", str(build), *_gen_args(),
+         f"-DMorelloBuild_DIR={_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
+         "-DCMAKE_C_FLAGS=-Wall -Wextra -Werror"],
+        env,
+        src,
+    )  # fmt: skip
+    out = _run(["cmake", "--build", str(build)], env, src).stdout
+    assert re.search(r"^mlp: .*; verified ", out, re.M), out
+    (so,) = build.glob("pipes*.so")
+    spec = importlib.util.spec_from_file_location("pipes", so)
+    assert spec is not None and spec.loader is not None
+    pipes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pipes)
+    assert pipes.__morello_kernels__ == ("mlp", "act")
+    rng = np.random.default_rng(36)
+    x, w, b = (rng.standard_normal(s, dtype=np.float32) for s in ((8, 16), (16, 24), (24,)))
+    want = np.maximum(x.astype(np.float64) @ w + b, 0.0)
+    np.testing.assert_allclose(pipes.mlp(x, w, b), want, rtol=1e-5, atol=1e-5)
+    xa, c = rng.standard_normal((8, 24), dtype=np.float32), rng.standard_normal((8, 1), np.float32)
+    v = xa.astype(np.float64) * c + b
+    got = pipes.act(x=xa, c=c, b=b)
+    np.testing.assert_allclose(got, v / (1.0 + np.exp(-v)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^act: c must have shape \(8, 1\), got \(8,\)$"):
+        pipes.act(xa, c[:, 0], b)
+    assert pipes.mlp.__doc__.startswith("mlp(x, w, b, out=None) -> out\n\nout = relu(x @ w + b)")
