@@ -151,10 +151,10 @@ KINDS = (MATMUL, MOVE, ZERO, NEG_INF, *ROW_KINDS)
 
 #: Stages a pipeline may have after its head (elementwise, so tiles of the output are
 #: tiles of every stage).
-ELEMENTWISE_KINDS = (*UNARY_KINDS, *BROADCAST_KINDS)
+ELEMENTWISE_KINDS: tuple[str, ...] = (*UNARY_KINDS, *BROADCAST_KINDS)
 #: Stages a pipeline may have: products, elementwise stages, and softmax along the rows
 #: (which needs whole rows: `whole_rows_stage`).
-STAGE_KINDS = (MATMUL, *ELEMENTWISE_KINDS, SOFTMAX)
+STAGE_KINDS: tuple[str, ...] = (MATMUL, *ELEMENTWISE_KINDS, SOFTMAX)
 #: Joins the stage kinds of a pipeline's kind.
 STAGE_SEP = "+"
 
