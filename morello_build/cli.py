@@ -66,6 +66,7 @@ def spec_from_args(args: argparse.Namespace) -> str:
     tokens = list(args.spec)
     if args.inputs is not None:
         from morello_build.api import pipeline_spec_text
+        from morello_build.integration.shorthand import parse_inputs
 
         if args.layout_b != "row" or args.accumulate:
             raise SpecError("--layout-b and --accumulate do not apply to a pipeline (write w.T)")
@@ -103,25 +104,6 @@ def spec_from_args(args: argparse.Namespace) -> str:
     if args.threads > 1 and text.rstrip().endswith(", serial)"):
         text = text.rstrip()[: -len(", serial)")] + ")"
     return text
-
-
-def parse_inputs(text: str) -> dict[str, tuple[int, ...]]:
-    """``x=64x768,w=768x3072,b=3072`` -> {name: shape}, in the order written."""
-    from morello_build.ir.text import parse_dims
-
-    out: dict[str, tuple[int, ...]] = {}
-    for item in text.split(","):
-        name, eq, shape = item.strip().partition("=")
-        name = name.strip()
-        if not eq or not name.isidentifier():
-            raise SpecError(
-                f"--inputs: malformed item {item.strip()!r}; expected NAME=SHAPE, "
-                "e.g. x=64x768,w=768x3072,b=3072"
-            )
-        if name in out:
-            raise SpecError(f"--inputs: input {name!r} is declared twice")
-        out[name] = parse_dims(shape, f"--inputs {name}")
-    return out
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:

@@ -149,7 +149,7 @@ def _expr_request(
             f"{where}: --inputs: missing (the shape of each input of the expression, in the "
             "order the kernel takes them, e.g. x=64x768,w=768x3072,b=3072)"
         )
-    from morello_build.cli import parse_inputs
+    from morello_build.integration.shorthand import parse_inputs
 
     try:
         inputs = parse_inputs(args.inputs)

@@ -52,6 +52,23 @@ def _parser(op: str) -> argparse.ArgumentParser:
     return p
 
 
+def parse_inputs(text: str) -> dict[str, tuple[int, ...]]:
+    """``x=64x768,w=768x3072,b=3072`` -> {name: shape}, in the order written."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in text.split(","):
+        name, eq, shape = item.strip().partition("=")
+        name = name.strip()
+        if not eq or not name.isidentifier():
+            raise SpecError(
+                f"--inputs: malformed item {item.strip()!r}; expected NAME=SHAPE, "
+                "e.g. x=64x768,w=768x3072,b=3072"
+            )
+        if name in out:
+            raise SpecError(f"--inputs: input {name!r} is declared twice")
+        out[name] = parse_dims(shape, f"--inputs {name}")
+    return out
+
+
 def is_shorthand(text: str) -> bool:
     return _SHORTHAND.fullmatch(text) is not None
 
