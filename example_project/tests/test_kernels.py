@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
 import pytest
+from example_project.block import block_numpy
 from example_project.reference import (
     bf16_bits,
     inputs,
+    pipeline_inputs,
+    pipeline_numpy,
+    pipeline_reference,
+    pipeline_tolerance,
     reference,
     row_close,
     row_input,
@@ -16,16 +22,20 @@ from example_project.reference import (
     tolerance,
 )
 
-from example_project import INFO, KERNELS
+from example_project import INFO, KERNELS, Params, block_reference, transformer_block
 
 NAMES = sorted(n for n in KERNELS if INFO[n]["op"] == "matmul")
-ROW_NAMES = sorted(n for n in KERNELS if INFO[n]["op"] != "matmul")
+PIPELINE_NAMES = sorted(n for n in KERNELS if INFO[n]["op"] == "pipeline")
+ROW_NAMES = sorted(n for n in KERNELS if INFO[n]["op"] not in ("matmul", "pipeline"))
 
 
 def test_all_declared_kernels_present() -> None:
-    assert set(NAMES) == {"mm64", "matvec_bf16", "mm_odd"}
+    assert set(NAMES) == {"mm64", "matvec_bf16", "mm_odd", "proj"}
     assert set(ROW_NAMES) == {"softmax_rows", "gelu_rows"}
+    assert set(PIPELINE_NAMES) == {"q_proj", "attn_out", "mlp"}
     assert INFO["softmax_rows"]["op"] == "softmax" and INFO["gelu_rows"]["op"] == "gelu"
+    assert INFO["attn_out"]["expr"] == "softmax(q @ k.T) @ v @ wo"
+    assert list(INFO["mlp"]["inputs"]) == ["h", "w1", "b1", "w2", "b2"]  # the argument order
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -166,3 +176,77 @@ def test_row_op_bad_arguments() -> None:
     x = np.zeros((8, 512), np.float32)
     with pytest.raises(ValueError, match="softmax_rows: out must not share memory with x"):
         sm(x, out=x)  # type: ignore[operator]
+
+
+# -- pipelines: name(*inputs, out=None) -> out ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PIPELINE_NAMES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pipeline_matches_numpy(name: str, seed: int) -> None:
+    info = INFO[name]
+    args = pipeline_inputs(info, seed)
+    out = KERNELS[name](*args)  # type: ignore[operator]
+    want = pipeline_reference(info, *args)
+    assert out.dtype == np.float32 and out.shape == want.shape == tuple(info["shape"])
+    scale = np.abs(want).max() + 1.0
+    assert np.abs(out - want).max() <= pipeline_tolerance(info) * scale
+    # The float32 numpy baseline `python -m example_project` times computes the same thing.
+    assert np.abs(pipeline_numpy(info, *args) - want).max() <= pipeline_tolerance(info) * scale
+
+
+@pytest.mark.parametrize("name", PIPELINE_NAMES)
+def test_pipeline_fills_out(name: str) -> None:
+    info = INFO[name]
+    args = pipeline_inputs(info, 2)
+    out = np.full(tuple(info["shape"]), np.nan, dtype=np.float32)
+    assert KERNELS[name](*args, out=out) is out  # type: ignore[operator]
+    want = pipeline_reference(info, *args)
+    assert np.abs(out - want).max() <= pipeline_tolerance(info) * (np.abs(want).max() + 1.0)
+
+
+def test_pipeline_bad_arguments() -> None:
+    info = INFO["mlp"]
+    h, w1, b1, w2, b2 = pipeline_inputs(info)
+    mlp = KERNELS["mlp"]
+    with pytest.raises(ValueError, match=r"mlp: b1 must have shape \(64,\), got \(16,\)"):
+        mlp(h, w1, b2, w2, b2)  # type: ignore[operator]
+    with pytest.raises(TypeError, match="mlp: w2 must have dtype float32"):
+        mlp(h, w1, b1, w2.astype(np.float64), b2)  # type: ignore[operator]
+    with pytest.raises(TypeError, match="missing required argument 'b2'"):
+        mlp(h, w1, b1, w2)  # type: ignore[operator]
+    with pytest.raises(ValueError, match="mlp: out must not share memory with h"):
+        mlp(h, w1, b1, w2, b2, out=h)  # type: ignore[operator]
+
+
+# -- the transformer block (example_project.block) --------------------------------------------
+
+#: q_proj, proj (k and v: one product of reduction 16 each), attn_out and mlp, chained.
+BLOCK_TOLERANCE = tolerance(INFO["proj"]) + sum(
+    pipeline_tolerance(INFO[n]) for n in ("q_proj", "attn_out", "mlp")
+)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_transformer_block_matches_numpy(seed: int) -> None:
+    x = np.random.default_rng(100 + seed).standard_normal((16, 16), dtype=np.float32)
+    p = Params.random(seed)
+    out = transformer_block(x, p)
+    want = block_reference(x, p)
+    assert out.dtype == np.float32 and out.shape == (16, 16)
+    scale = np.abs(want).max() + 1.0
+    assert np.abs(out - want).max() <= BLOCK_TOLERANCE * scale
+    assert np.abs(block_numpy(x, p) - want).max() <= BLOCK_TOLERANCE * scale
+    # The attention and the MLP both matter (a block that dropped either would not match).
+    assert np.abs(want - x).max() > 0.1
+
+
+def test_transformer_block_wrong_shape() -> None:
+    p = Params.random(0)
+    with pytest.raises(ValueError, match=r"q_proj: x must have shape \(16, 16\), got \(8, 16\)"):
+        transformer_block(np.zeros((8, 16), np.float32), p)
+    with pytest.raises(TypeError, match="q_proj: x must have dtype float32"):
+        transformer_block(np.zeros((16, 16), np.float64), p)
+    bad = dataclasses.replace(p, w1=np.zeros((16, 32), np.float32))
+    with pytest.raises(ValueError, match=r"mlp: w1 must have shape \(16, 64\), got \(16, 32\)"):
+        transformer_block(np.zeros((16, 16), np.float32), bad)

@@ -22,14 +22,29 @@ from tests.support.builds import checkout_copy, clean_env, fresh_venv, run
 from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
-KERNELS = ("mm64", "matvec_bf16", "mm_odd", "softmax_rows", "gelu_rows")
-#: `morello synth` words for each kernel of example_project/pyproject.toml.
+KERNELS = (
+    "mm64",
+    "matvec_bf16",
+    "mm_odd",
+    "softmax_rows",
+    "gelu_rows",
+    "q_proj",
+    "proj",
+    "attn_out",
+    "mlp",
+)
+#: `morello synth` words for each kernel of example_project/pyproject.toml (a pipeline's
+#: expression is one word: the command runs without a shell).
 SYNTH_WORDS = {
     "mm64": ["matmul", "64x64x64"],
     "matvec_bf16": ["matmul", "1x2048x4096", "--dtype", "bf16"],
     "mm_odd": ["matmul", "7x37x30"],
     "softmax_rows": ["softmax", "8x512"],
     "gelu_rows": ["gelu", "16x256"],
+    "q_proj": ["x @ w * s", "--inputs", "x=16x16,w=16x16,s=16"],
+    "proj": ["matmul", "16x16x16"],
+    "attn_out": ["softmax(q @ k.T) @ v @ wo", "--inputs", "q=16x16,k=16x16,v=16x16,wo=16x16"],
+    "mlp": ["gelu(h @ w1 + b1) @ w2 + b2", "--inputs", "h=16x16,w1=16x64,b1=64,w2=64x16,b2=16"],
 }
 
 pytestmark = [
@@ -103,7 +118,8 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
     # pip -v shows the build step as it goes: a line per kernel as it starts, a summary.
     for k in KERNELS:
         assert re.search(rf"^\s*morello: kernel {k} \(", cold_log, re.M), cold_log[-5000:]
-    assert re.search(r"^\s*morello: 5 kernels in [0-9.]+ s: 5 synthesized", cold_log, re.M)
+    n = len(KERNELS)
+    assert re.search(rf"^\s*morello: {n} kernels in [0-9.]+ s: {n} synthesized", cold_log, re.M)
 
     out, _ = run(
         [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(example / "tests")], env, tmp_path
@@ -112,6 +128,8 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
     table, _ = run([py, "-m", "example_project"], env, tmp_path)
     for k in KERNELS:
         assert re.search(rf"^{k}\s", table, re.M), table
+    block_line = r"^transformer_block .*: morello [0-9.]+ us, numpy [0-9.]+ us"
+    assert re.search(block_line, table, re.M), table
 
     warm_log, timings["pip_install_warm"] = run(install, env, tmp_path)
     warm = _summaries(warm_log)

@@ -1,4 +1,5 @@
-"""`python -m example_project`: time each kernel against numpy on the same inputs."""
+"""`python -m example_project`: time each kernel against numpy on the same inputs, then the
+transformer block (example_project.block) against the same block in float32 numpy."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from example_project import INFO, KERNELS  # noqa: E402
+from example_project import INFO, KERNELS, Params, transformer_block  # noqa: E402
+from example_project.block import D_HIDDEN, D_MODEL, SEQ, block_numpy  # noqa: E402
 from example_project.reference import (  # noqa: E402
     as_f32,
     gelu_numpy,
     inputs,
+    pipeline_inputs,
+    pipeline_numpy,
     row_input,
     softmax,
 )
@@ -65,6 +69,19 @@ def _row_line(name: str, kernel: Any, info: dict[str, Any]) -> tuple[str, float,
     return f"{info['op']} ({rows},{n})", t_kernel, t_numpy, "-"
 
 
+def _pipeline_line(name: str, kernel: Any, info: dict[str, Any]) -> tuple[str, float, float, str]:
+    # numpy runs the same expression in float32, one operation (and one array) at a time.
+    args = pipeline_inputs(info)
+    out = kernel(*args)
+    t_kernel = _best_seconds(lambda: kernel(*args, out))
+    t_numpy = _best_seconds(lambda: pipeline_numpy(info, *args))
+    rows, n = info["shape"]
+    return f"pipeline ({rows},{n})", t_kernel, t_numpy, "-"
+
+
+_LINES = {"matmul": _matmul_line, "pipeline": _pipeline_line}
+
+
 def main() -> int:
     print(
         f"{'kernel':<14}{'shape':<22}{'dtype':<7}{'morello us':>12}{'numpy us':>12}"
@@ -72,12 +89,25 @@ def main() -> int:
     )
     for name, kernel in KERNELS.items():
         info = INFO[name]
-        line = _matmul_line if info["op"] == "matmul" else _row_line
+        line = _LINES.get(str(info["op"]), _row_line)
         shape, t_kernel, t_numpy, gflops = line(name, kernel, info)
         print(
             f"{name:<14}{shape:<22}{info['dtype']!s:<7}{t_kernel * 1e6:>12.1f}"
             f"{t_numpy * 1e6:>12.1f}{gflops:>10}{t_numpy / t_kernel:>8.2f}x"
         )
+    for name, info in INFO.items():
+        if info["op"] == "pipeline":
+            print(f"  {name} = {info['expr']}")
+
+    x = np.random.default_rng(0).standard_normal((SEQ, D_MODEL), dtype=np.float32)
+    p = Params.random(0)
+    t_block = _best_seconds(lambda: transformer_block(x, p))
+    t_numpy = _best_seconds(lambda: block_numpy(x, p))
+    print(
+        f"\ntransformer_block (seq {SEQ}, width {D_MODEL}, hidden {D_HIDDEN}, f32; "
+        f"q_proj, proj x2, attn_out, mlp): morello {t_block * 1e6:.1f} us, "
+        f"numpy {t_numpy * 1e6:.1f} us, {t_numpy / t_block:.2f}x"
+    )
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -107,3 +108,82 @@ def row_reference(info: dict[str, Any], x: np.ndarray) -> np.ndarray:
 def row_close(got: np.ndarray, want: np.ndarray) -> bool:
     """Within 1e-5 relative (and 1e-6 absolute where gelu's result cancels to ~0)."""
     return bool(np.all(np.abs(got - want) <= 1e-5 * np.abs(want) + 1e-6))
+
+
+# -- pipelines (expr over named inputs -> out [rows, n]) -------------------------------------
+
+
+def _matrices(info: dict[str, Any]) -> list[tuple[int, ...]]:
+    """The shapes of a pipeline's matrix inputs after its first (the right sides of its
+    products; not a bias [n] nor a column [rows, 1])."""
+    shapes = [tuple(s) for s in info["inputs"].values()][1:]
+    return [s for s in shapes if len(s) == 2 and s[1] > 1]
+
+
+def pipeline_inputs(info: dict[str, Any], seed: int = 0) -> tuple[np.ndarray, ...]:
+    """Random float32 inputs of a pipeline, in its declared order (its arguments' order):
+    standard normal, a product's right side divided by sqrt of its rows, so that every
+    product stays of order one."""
+    rng = np.random.default_rng(seed)
+    args = []
+    for i, shape in enumerate(info["inputs"].values()):
+        x = rng.standard_normal(tuple(shape), dtype=np.float32)
+        if i > 0 and len(shape) == 2 and shape[1] > 1:
+            x /= np.float32(math.sqrt(shape[0]))
+        args.append(x)
+    return tuple(args)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    c = math.sqrt(2.0 / math.pi)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * x**3)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+@functools.lru_cache
+def _compiled(expr: str) -> Any:
+    return compile(expr, "<expr>", "eval")
+
+
+def _evaluate(expr: str, names: Any, args: tuple[np.ndarray, ...], gelu_fn: Any) -> np.ndarray:
+    # A pipeline's expr is numpy syntax over its inputs (see docs/pipelines.md): evaluate it
+    # with numpy's operators and these functions (no builtins; the expr is the package's own
+    # declaration, read from the built module; compiled once, so timing it times numpy).
+    scope: dict[str, Any] = {
+        "__builtins__": {},
+        "relu": relu,
+        "gelu": gelu_fn,
+        "gelu_erf": gelu_fn,
+        "gelu_tanh": gelu_tanh,
+        "silu": silu,
+        "exp": np.exp,
+        "softmax": softmax,
+    }
+    scope.update(zip(names, args))
+    return eval(_compiled(expr), scope)
+
+
+def pipeline_reference(info: dict[str, Any], *args: np.ndarray) -> np.ndarray:
+    """The pipeline `info["expr"]` on args, in float64 (gelu exact, softmax max-subtracted)."""
+    args64 = tuple(np.asarray(a, dtype=np.float64) for a in args)
+    return _evaluate(str(info["expr"]), info["inputs"], args64, gelu)
+
+
+def pipeline_numpy(info: dict[str, Any], *args: np.ndarray) -> np.ndarray:
+    """The same pipeline as one would write it in numpy, in float32 (the benchmark's
+    baseline: np.matmul, numpy softmax, gelu_numpy)."""
+    return _evaluate(str(info["expr"]), info["inputs"], args, gelu_numpy)
+
+
+def pipeline_tolerance(info: dict[str, Any]) -> float:
+    """Tolerance relative to max|out| + 1: float32 rounding grows with a product's reduction
+    length (at most the larger side of its right matrix) and the chain adds one such error
+    per product."""
+    return 1e-6 * sum(max(*shape, 16) for shape in _matrices(info))
