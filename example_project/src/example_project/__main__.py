@@ -70,11 +70,11 @@ def _row_line(name: str, kernel: Any, info: dict[str, Any]) -> tuple[str, float,
 
 
 def _pipeline_line(name: str, kernel: Any, info: dict[str, Any]) -> tuple[str, float, float, str]:
-    # numpy runs the same expression in float32, one operation (and one array) at a time.
+    # numpy runs the same pipeline in float32, one operation (and one array) at a time.
     args = pipeline_inputs(info)
     out = kernel(*args)
     t_kernel = _best_seconds(lambda: kernel(*args, out))
-    t_numpy = _best_seconds(lambda: pipeline_numpy(info, *args))
+    t_numpy = _best_seconds(lambda: pipeline_numpy(name, *args))
     rows, n = info["shape"]
     return f"pipeline ({rows},{n})", t_kernel, t_numpy, "-"
 
