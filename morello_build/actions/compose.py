@@ -116,9 +116,9 @@ class Bufferize:
         found = _split(spec)
         if found is None:
             return None
-        head, tail, wiring = found
-        head = _at(head, len(head.operands) - 1, self.level)  # type: ignore[assignment]
-        tail = _at(tail, 0, self.level)  # type: ignore[assignment]
+        head_gl, tail_gl, wiring = found
+        head = _at(head_gl, len(head_gl.operands) - 1, self.level)
+        tail = _at(tail_gl, 0, self.level)
         if head is None or tail is None:
             return None
         # The buffer as the tail reads it (the emitter views it as the head writes it).

@@ -461,7 +461,9 @@ def _compose_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     tilings = _tilings(spec, target)
     if stages is not None and last_cols_whole(stages):
         cols = spec.dim_maps()[-1][-1]  # a softmax needs whole rows: tile the rows only
-        tilings = tuple(a for a in tilings if a.shape[cols] == spec.shape[cols])  # type: ignore[attr-defined]
+        tilings = tuple(
+            a for a in tilings if isinstance(a, TileOut) and a.shape[cols] == spec.shape[cols]
+        )
     acts.extend(tilings)
     acts.extend(Bufferize(level) for level in BUFFER_LEVELS)
     return acts
