@@ -36,11 +36,11 @@ BUFFER_LEVELS = (Level.L1, Level.GL)
 
 
 def _split(
-    spec: LogicalSpec,
+    spec: LogicalSpec, level: Level
 ) -> tuple[LogicalSpec, LogicalSpec, tuple[tuple[int, ...], ...]] | None:
     """(head, tail, wiring): the pipeline `spec` cut after its head, the head writing a
-    dense f32 intermediate (level and layout filled in by `Bufferize`). The wiring names
-    the head's operands then the tail's; the intermediate is ``len(spec.operands)``."""
+    dense f32 intermediate at `level`. The wiring names the head's operands then the
+    tail's; the intermediate is ``len(spec.operands)``."""
     stages = compose_stages(spec.kind)
     if stages is None:
         return None
@@ -54,18 +54,19 @@ def _split(
     head_w = (*range(n_head), scratch)
     tail_w = (scratch, *range(n_head, len(ops)))
     rest = stages[1:]
-    col_dims = [shape[d] for d in dims.cols]
     if stages[0] == MATMUL:
-        head_shape: tuple[int, ...] = (1, rows, shape[dims.rows + 1], col_dims[0])
+        head_shape: tuple[int, ...] = (1, rows, shape[dims.rows + 1], shape[dims.cols[0]])
     else:
-        head_shape = (rows, col_dims[0])
+        head_shape = (rows, shape[dims.cols[0]])
     if MATMUL in rest:  # the tail keeps a batch dim: rows, then its column dims
         tail_shape: tuple[int, ...] = (1, rows, *(shape[d] for d in dict.fromkeys(dims.cols)))
     else:
-        tail_shape = (rows, col_dims[-1])
+        tail_shape = (rows, shape[dims.cols[-1]])
     tail_kind = rest[0] if len(rest) == 1 else compose_kind(rest)
-    head_t = _dense(operand_shapes(stages[0], head_shape)[-1])
-    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[0])
+    head_t = _dense(operand_shapes(stages[0], head_shape)[-1], level)
+    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[0], level)
+    if head_t is None or tail_t is None:
+        return None
     tail_ops = [tail_t, *(ops[i] for i in tail_w[1:])]
     if tail_kind == MATMUL:  # a Matmul writes [1, rows, n]: the same memory as [rows, n]
         out = batched(tail_ops[-1])
@@ -79,29 +80,13 @@ def _split(
 
 
 def batched(t: TensorSpec) -> TensorSpec | None:
-    """`t` with a leading dim of 1 (layouts never name unit dims: the others renumber)."""
-    dims = tuple(pd._replace(axis=pd.axis + 1) for pd in t.layout.dims)
-    return make_tensor(
-        (1, *t.shape), t.dtype, t.level, lay.Layout(dims, t.layout.contig), t.vector_size
-    )
+    """`t` with a leading dim of 1 (the same memory)."""
+    return make_tensor((1, *t.shape), t.dtype, t.level, lay.shift_axes(t.layout, 1), t.vector_size)
 
 
-def _dense(shape: tuple[int, ...]) -> TensorSpec:
-    """A placeholder intermediate (GL, row-major); `_at` moves it to its level."""
-    t = make_tensor(shape, Dtype.F32, Level.GL, lay.row_major(shape), None)
-    assert t is not None
-    return t
-
-
-def _at(spec: LogicalSpec, index: int, level: Level) -> LogicalSpec | None:
-    """`spec` with operand `index` (an intermediate) at `level`."""
-    t = spec.operands[index]
-    moved = make_tensor(t.shape, t.dtype, level, t.layout, None)
-    if moved is None:
-        return None
-    ops = list(spec.operands)
-    ops[index] = moved
-    return canonical(spec.kind, spec.accum, spec.shape, tuple(ops), spec.serial)
+def _dense(shape: tuple[int, ...], level: Level) -> TensorSpec | None:
+    """An intermediate: f32, row-major, at `level`."""
+    return make_tensor(shape, Dtype.F32, level, lay.row_major(shape), None)
 
 
 @dataclass(frozen=True)
@@ -113,14 +98,10 @@ class Bufferize:
     def _parts(
         self, spec: LogicalSpec
     ) -> tuple[tuple[LogicalSpec, LogicalSpec], TensorSpec, tuple[tuple[int, ...], ...]] | None:
-        found = _split(spec)
+        found = _split(spec, self.level)
         if found is None:
             return None
-        head_gl, tail_gl, wiring = found
-        head = _at(head_gl, len(head_gl.operands) - 1, self.level)
-        tail = _at(tail_gl, 0, self.level)
-        if head is None or tail is None:
-            return None
+        head, tail, wiring = found
         # The buffer as the tail reads it (the emitter views it as the head writes it).
         return (head, tail), tail.operands[0], wiring
 

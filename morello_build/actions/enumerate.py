@@ -220,7 +220,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             # zero C in registers; a Spec that may still run threads does not (both
             # measured: docs/cost-model.md, "Packing B above the zero"). (On AMX tiles the
             # kernel itself zeroes C, so B may be packed above it.)
-            moves = [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
+            moves = _hoistable(spec, moves)
         if tiles or dp_tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
         acts.extend(moves)
@@ -256,6 +256,12 @@ def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
         return True
     src = spec.operands[move.operand]
     return move.dtype == src.dtype and move.level.in_memory
+
+
+def _hoistable(spec: LogicalSpec, moves: Sequence[Action]) -> list[Action]:
+    """The moves a non-accumulating Matmul's inputs (or a pipeline's head inputs) get:
+    cache views, and on one thread B packed into GL (reasons in `enumerate_actions`)."""
+    return [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
 
 
 def _packs_rhs(move: Action) -> bool:
@@ -380,14 +386,19 @@ def _is_plain(layout: lay.Layout) -> bool:
     return all(d.kind == lay.DYN for d in layout.dims)
 
 
-def _moves(spec: LogicalSpec, i: int, target: Target) -> tuple[Action, ...]:
+def _moves(
+    spec: LogicalSpec, i: int, target: Target, kind: str | None = None
+) -> tuple[Action, ...]:
+    """Operand `i`'s moves, listed as for a `kind` Spec (default: the Spec's own; a
+    pipeline's head inputs are listed as a Matmul's)."""
+    kind = kind or spec.kind
     role = spec.roles()[i]
-    is_matmul_input = spec.kind == MATMUL and role == IN
+    is_matmul_input = kind == MATMUL and role == IN
     # The rhs is reused inside this Spec only if m > 1. A memory copy of a single-use
     # rhs (relayout or widening into GL/L1) reads every value once more than reading it
     # in place. (The lhs is small in the shapes where this matters, so it keeps its copies.)
     copy_pays = not is_matmul_input or i == 0 or spec.shape[1] > 1
-    return _operand_moves(spec.kind, role, i, spec.operands[i], copy_pays, target)
+    return _operand_moves(kind, role, i, spec.operands[i], copy_pays, target)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -453,11 +464,7 @@ def _compose_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     stages = compose_stages(spec.kind)
     if stages is not None and stages[0] == MATMUL:
         for i in (0, 1):
-            t = spec.operands[i]
-            copy_pays = i == 0 or spec.shape[1] > 1
-            for m in _operand_moves(MATMUL, IN, i, t, copy_pays, target):
-                if _is_view(spec, m) or (spec.serial and _packs_rhs(m)):
-                    acts.append(m)
+            acts.extend(_hoistable(spec, _moves(spec, i, target, MATMUL)))
     tilings = _tilings(spec, target)
     if stages is not None and last_cols_whole(stages):
         cols = spec.dim_maps()[-1][-1]  # a softmax needs whole rows: tile the rows only

@@ -140,10 +140,7 @@ def _as_shape(view: View, shape: tuple[int, ...]) -> View:
         return view
     buf = view.buf
     if buf.kind == MEM and shape == (1, *view.shape):
-        dims = tuple(pd._replace(axis=pd.axis + 1) for pd in buf.layout.dims)
-        alias = Buffer(
-            buf.name, buf.dtype, (1, *buf.shape), lay.Layout(dims, buf.layout.contig), MEM
-        )
+        alias = Buffer(buf.name, buf.dtype, (1, *buf.shape), lay.shift_axes(buf.layout, 1), MEM)
         return View(alias, (Affine(0), *view.offset), shape)
     if (
         buf.kind == MEM
@@ -151,8 +148,7 @@ def _as_shape(view: View, shape: tuple[int, ...]) -> View:
         and buf.shape[0] == 1
         and view.offset[0] == Affine(0)
     ):
-        dims = tuple(pd._replace(axis=pd.axis - 1) for pd in buf.layout.dims)
-        alias = Buffer(buf.name, buf.dtype, buf.shape[1:], lay.Layout(dims, buf.layout.contig), MEM)
+        alias = Buffer(buf.name, buf.dtype, buf.shape[1:], lay.shift_axes(buf.layout, -1), MEM)
         return View(alias, view.offset[1:], shape)
     raise CodegenError(f"cannot view {buf.name} {view.shape} as {shape}")
 

@@ -42,7 +42,13 @@ from morello_build.harness.compile import (
     kernel_files,
 )
 from morello_build.harness.pipeline_reference import pipeline_inputs, pipeline_reference
-from morello_build.harness.row_peers import PyImpl, _jax_flags, pinned, time_round_robin, xla_flags
+from morello_build.harness.row_peers import (
+    PyImpl,
+    jax_flags_problem,
+    pinned,
+    time_round_robin,
+    xla_flags,
+)
 from morello_build.harness.row_reference import compare_rows
 from morello_build.harness.verify import kernel_compile_flags
 from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages
@@ -292,14 +298,7 @@ def _import_jax() -> str:
     """Import jax with XLA on one thread (row_peers' rule and state): "" or why not."""
     if importlib.util.find_spec("jax") is None:
         return "not installed (pip install 'jax[cpu]')"
-    flags = xla_flags(1)
-    if "jax" not in sys.modules:
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        _jax_flags.append(flags)
-    elif _jax_flags[:1] != [flags] and flags not in os.environ.get("XLA_FLAGS", ""):
-        return f"jax was imported in this process without XLA_FLAGS={flags!r}"
-    return ""
+    return jax_flags_problem(1)
 
 
 def plan_jax(case: PipelineCase) -> PyImpl | str:

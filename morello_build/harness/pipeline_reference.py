@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from morello_build.harness.arrays import float_matmul_coeff
 from morello_build.harness.row_reference import (
     SUBNORMAL_ABS,
     U,
@@ -72,10 +73,9 @@ def pipeline_reference(
         lhs, rhs = inputs[next(names)], inputs[next(names)]
         k = int(lhs.shape[-1])
         a, w = lhs.reshape(-1, k), rhs.reshape(k, -1)
-        gamma = k * U / (1.0 - k * U)
-        coeff = min(2.0 * gamma, 10.0 * math.sqrt(k) * U)
         v = a @ w
-        err = coeff * (np.abs(a) @ np.abs(w)) + k * SUBNORMAL_ABS
+        err = float_matmul_coeff(k, statistical=True) * (np.abs(a) @ np.abs(w))
+        err = err + k * SUBNORMAL_ABS
         rest = stages[1:]
     else:
         v = inputs[next(names)]
@@ -86,7 +86,7 @@ def pipeline_reference(
             c = inputs[next(names)]
             k = int(c.shape[-2])
             c = c.reshape(k, -1)
-            coeff = min(2.0 * k * U / (1.0 - k * U), 10.0 * math.sqrt(k) * U)
+            coeff = float_matmul_coeff(k, statistical=True)
             v, err = v @ c, err @ np.abs(c) + coeff * ((np.abs(v) + err) @ np.abs(c))
             err = err + k * SUBNORMAL_ABS
             continue

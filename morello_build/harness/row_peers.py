@@ -31,6 +31,7 @@ import importlib.util
 import math
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -204,23 +205,30 @@ def xla_flags(threads: int) -> str:
 _jax_flags: list[str] = []  # the XLA_FLAGS jax was imported with (by us), once set
 
 
+def jax_flags_problem(threads: int) -> str:
+    """Put `threads`' XLA_FLAGS in the environment before jax's first import (jax reads
+    them once): "" when jax runs with them, else why it cannot in this process."""
+    flags = xla_flags(threads)
+    if "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        _jax_flags.append(flags)
+    elif _jax_flags[:1] != [flags] and flags not in os.environ.get("XLA_FLAGS", ""):
+        return (
+            "jax was imported in this process with other XLA thread flags "
+            f"({_jax_flags[0] if _jax_flags else os.environ.get('XLA_FLAGS', 'none')!r})"
+        )
+    return ""
+
+
 def plan_jax(op: str, x: NDArray[Any], dtype: str, threads: int) -> PyImpl | str:
     """`jax.jit` of the op on the CPU backend (bf16 input: widened in the jitted function);
     the output is a new device buffer per call (jax has no out= argument)."""
     if importlib.util.find_spec("jax") is None:
         return "jax is not installed (pip install 'jax[cpu]')"
-    flags = xla_flags(threads)
-    import sys
-
-    if "jax" not in sys.modules:
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        _jax_flags.append(flags)
-    elif _jax_flags[:1] != [flags]:
-        return (
-            "jax was imported in this process with other XLA thread flags "
-            f"({_jax_flags[0] if _jax_flags else os.environ.get('XLA_FLAGS', 'none')!r})"
-        )
+    why = jax_flags_problem(threads)
+    if why:
+        return why
     import jax
     import jax.numpy as jnp
 

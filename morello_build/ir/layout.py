@@ -67,6 +67,12 @@ def from_order(order: tuple[int, ...], shape: tuple[int, ...]) -> Layout:
     return Layout(dims, len(dims))
 
 
+def shift_axes(layout: Layout, by: int) -> Layout:
+    """`layout` for the same memory with a unit dim added (`by` = 1) or removed (-1) in
+    front: unit dims are never named, so only the others' axis numbers change."""
+    return Layout(tuple(pd._replace(axis=pd.axis + by) for pd in layout.dims), layout.contig)
+
+
 def row_major(shape: tuple[int, ...]) -> Layout:
     return from_order(tuple(range(len(shape))), shape)
 

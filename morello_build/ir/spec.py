@@ -137,7 +137,7 @@ def param_names(kind: str) -> tuple[str, ...]:
     row = ROW_KINDS.get(kind)
     if row is not None:
         return row.params
-    stages = compose_stages(kind) if STAGE_SEP in kind else None
+    stages = compose_stages(kind)
     return _compose_params(stages) if stages else ("out",)
 
 
@@ -306,7 +306,7 @@ class LogicalSpec(NamedTuple):
             return 5 * self.volume
         if self.kind in UNARY_KINDS or self.kind in BROADCAST_KINDS:
             return self.volume
-        stages = compose_stages(self.kind) if STAGE_SEP in self.kind else None
+        stages = compose_stages(self.kind)
         if stages:
             dims = compose_dims(stages)
             rows = self.shape[dims.rows]
@@ -329,7 +329,7 @@ class LogicalSpec(NamedTuple):
             return row.accum_name if self.accum and row.accum_name else row.name
         if self.kind == NEG_INF:
             return "FillNegInf"
-        stages = compose_stages(self.kind) if STAGE_SEP in self.kind else None
+        stages = compose_stages(self.kind)
         if stages:
             return f"Compose[{','.join(stage_name(k) for k in stages)}]"
         return "Move" if self.kind == MOVE else "Zero"

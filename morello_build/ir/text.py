@@ -175,7 +175,7 @@ def parse_spec(text: str) -> sp.LogicalSpec:
     if not parts or not parts[0]:
         raise SpecError(f"{name}: missing shape")
     shape = parse_dims(parts[0])
-    stages = sp.compose_stages(kind) if sp.STAGE_SEP in kind else None
+    stages = sp.compose_stages(kind)
     mm_head = kind == sp.MATMUL or (stages is not None and stages[0] == sp.MATMUL)
     if kind == sp.MATMUL:
         if len(shape) == 3:
