@@ -19,7 +19,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT, Limits
 from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical
-from morello_build.ir.tensorspec import TensorSpec, level_holds, make_tensor
+from morello_build.ir.tensorspec import TensorSpec, fits_l1_sets, level_holds, make_tensor
 from morello_build.machine.target import Target
 
 
@@ -47,6 +47,8 @@ def moved_tensor(move: Move, src: TensorSpec) -> tuple[TensorSpec, bool] | None:
     if move.level.is_cache and move.dtype == src.dtype and move.layout == src.layout:
         if not level_holds(move.level, src.layout):
             return None
+        if move.level is Level.L1 and not fits_l1_sets(src):
+            return None  # its rows would evict each other: a copy must pack them first
         return src._replace(level=move.level), True
     t = make_tensor(
         src.shape, move.dtype, move.level, move.layout.with_full_contig(), move.vector_size

@@ -17,6 +17,10 @@ class TensorSpec(NamedTuple):
     level: Level
     layout: lay.Layout  # EMPTY for RF
     vector_size: int | None  # values per vector register; set iff level is VRF
+    #: A strided tensor whose runs (rows) are a whole number of 4 KiB pages apart, so that
+    #: they all fall in one L1 set, and too many of them to fit there (`fits_l1_sets`). A
+    #: tile does not know its parent's row pitch otherwise: 128 rows of 3072 floats.
+    page_pitch: bool = False
 
     @property
     def volume(self) -> int:
@@ -86,6 +90,8 @@ class TensorSpec(NamedTuple):
         name = self.layout_name()
         if name:
             parts.append(name)
+        if self.page_pitch:
+            parts.append(PAGE_PITCH_TAG)
         if self.vector_size is not None:
             parts.append(str(self.vector_size))
         return ":".join(parts)
@@ -164,6 +170,81 @@ def level_holds(level: Level, layout: lay.Layout) -> bool:
     return level is not Level.L2 or layout.is_fully_contiguous
 
 
+#: L1 data caches of the x86 cores we target index 64 sets of 64-byte lines, so addresses
+#: 4 KiB apart share a set, and hold at least 8 ways (Zen 1-4, Skylake; 12 on Ice Lake and
+#: later). Bytes apart that map to the same set (a page), and ways per set.
+L1_SET_PERIOD = 4096
+L1_WAYS = 8
+_L1_SETS = L1_SET_PERIOD // lay.LINE_BYTES
+#: How `TensorSpec.text` marks `page_pitch`: `f32:GL:[1,2]c1:4k`.
+PAGE_PITCH_TAG = "4k"
+
+
+def l1_set_load(t: TensorSpec) -> int:
+    """The most lines of `t` one L1 set has to hold: with `page_pitch` every run starts in
+    the same set, so a set holds a line of each run (more for runs longer than a page);
+    otherwise the lines are taken as spread over the sets."""
+    if t.level is Level.RF:
+        return 0
+    if not t.page_pitch:
+        return -(-t.cache_lines() // _L1_SETS)
+    phys = lay.expand(t.layout, t.shape)
+    assert phys is not None
+    f = len(phys) - t.layout.contig
+    runs = math.prod(phys[:f])
+    lines = -(-math.prod(phys[f:]) * t.dtype.size // lay.LINE_BYTES)
+    return runs * -(-lines // _L1_SETS)
+
+
+def fits_l1_sets(t: TensorSpec) -> bool:
+    """Whether `t` can stay in L1 at all: no set needs more of its lines than L1 has ways.
+    Only `page_pitch` says so; capacity is the memory limits' business (the model's L1 is
+    larger than the real one on purpose: docs/internals.md). Why this rule and not a finer
+    one: docs/performance.md, "L1 set conflicts"."""
+    return not t.page_pitch or l1_set_load(t) <= L1_WAYS
+
+
+def with_page_pitch(t: TensorSpec, page_pitch: bool) -> TensorSpec:
+    """`t` marked `page_pitch` where that decides something, else unmarked: a tensor that
+    fits its L1 sets has tiles that fit too, and a mark on them would only split the memo's
+    Specs."""
+    if page_pitch and not t.is_contiguous:
+        marked = t._replace(page_pitch=True)
+        if not fits_l1_sets(marked):
+            return marked
+    return t._replace(page_pitch=False) if t.page_pitch else t
+
+
+def _tile_page_pitch(t: TensorSpec, tile: tuple[int, ...], layout: lay.Layout) -> bool:
+    """Whether the runs of a `tile` of `t` (laid out as `layout`) are whole pages apart.
+
+    They are separated by the stride of the innermost parent dim the tile spans more than
+    once outside its contiguous run: computable from the parent's shape when that dim lies
+    inside the parent's own contiguous run, else it is a multiple of the parent's pitch, so
+    the parent's mark is kept (a lower bound: a pitch of 2 KiB times 2 is not marked)."""
+    if layout.is_fully_contiguous:
+        return False
+    pp = lay.expand(t.layout, t.shape)
+    tp = lay.expand(t.layout, tile)
+    assert pp is not None and tp is not None
+    n = len(pp)
+    inner = n
+    for j in range(n - 1, -1, -1):
+        inner = j
+        if pp[j] != tp[j]:
+            break
+    # dims inner..n-1 are the tile's contiguous run (cut short by the parent's own run)
+    inner = max(inner, n - t.layout.contig)
+    j = inner - 1
+    while j >= 0 and tp[j] == 1:
+        j -= 1
+    if j < 0:
+        return False
+    if j >= n - t.layout.contig:
+        return math.prod(pp[j + 1 :]) * t.dtype.size % L1_SET_PERIOD == 0
+    return t.page_pitch
+
+
 #: The widest rows (bytes) a strided strip of an L2 view may be cut from; see `_l2_strip`.
 L2_STRIP_MAX_ROW_BYTES = 512
 
@@ -215,4 +296,5 @@ def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
                 return None
         elif tile_pad is not None or not vector_fits(tile, new_layout, vs):
             return None  # a narrow piece of full registers is not a padded tensor
-    return TensorSpec(tile, t.dtype, t.level, new_layout, t.vector_size)
+    tiled = TensorSpec(tile, t.dtype, t.level, new_layout, t.vector_size)
+    return with_page_pitch(tiled, _tile_page_pitch(t, tile, new_layout))

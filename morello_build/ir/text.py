@@ -6,9 +6,10 @@
     Zero(64x64, f32:GL:row)
     Compose[Matmul,AddRow,GeluErf](1x64x768x3072, f32:GL:row, f32:GL:row, f32:GL:row, f32:GL:row)
 
-Operands are ``dtype:LEVEL[:layout][:vector_size]``; layouts are ``row``, ``col`` or an
-explicit physical-dim list (see `morello_build.ir.layout.parse_layout`). A trailing
-``serial`` forbids parallel loops. `spec_text(parse(t)) == t` for canonical text.
+Operands are ``dtype:LEVEL[:layout][:4k][:vector_size]``; layouts are ``row``, ``col`` or
+an explicit physical-dim list (see `morello_build.ir.layout.parse_layout`); ``4k`` marks a
+strided tile whose rows are whole pages apart (`TensorSpec.page_pitch`). A trailing ``serial`` forbids
+parallel loops. `spec_text(parse(t)) == t` for canonical text.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from morello_build.ir import spec as sp
 from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
 from morello_build.ir.sizes import dim_problem, dim_text_problem, size_problem, with_doc
-from morello_build.ir.tensorspec import TensorSpec, make_tensor
+from morello_build.ir.tensorspec import PAGE_PITCH_TAG, TensorSpec, make_tensor, with_page_pitch
 
 _NAMES = {
     "matmul": (sp.MATMUL, False),
@@ -107,9 +108,9 @@ def _show(text: str) -> str:
 def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     fields = text.split(":")
     # A bracket layout may not contain ':'; split is safe.
-    if len(fields) < 2 or len(fields) > 4:
+    if len(fields) < 2 or len(fields) > 5:
         raise SpecError(
-            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:vector_size]"
+            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:vector_size]"
         )
     dtype = parse_dtype(fields[0])
     level = parse_level(fields[1])
@@ -117,9 +118,12 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     rest = fields[2:]
     if rest and rest[-1].strip().isascii() and rest[-1].strip().isdigit():
         vs_text = rest.pop().strip()
+    page_pitch = bool(rest) and rest[-1].strip() == PAGE_PITCH_TAG
+    if page_pitch:
+        rest.pop()
     if len(rest) > 1:  # e.g. `row:junk`: a second layout or a vector size that is not a number
         raise SpecError(
-            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:vector_size]"
+            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:vector_size]"
         )
     if rest:
         layout_text = rest[0].strip()
@@ -146,6 +150,13 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
             f"{where}: vector size {vs} does not divide the contiguous runs of shape "
             f"{'x'.join(map(str, shape))}"
         )
+    if page_pitch:
+        if t.is_contiguous:
+            raise SpecError(
+                f"{where}: {PAGE_PITCH_TAG!r} marks the rows of a strided operand as whole "
+                f"pages apart; {text!r} is contiguous"
+            )
+        t = with_page_pitch(t, True)
     return t
 
 

@@ -2,7 +2,8 @@
 
 key   = operation, dtypes, rank (categorical parts)
 point = accum flag (0 = accumulating, a dependency of the plain form), log2 of each spec
-        dim, per operand (level, layout code, full - contig, log2 vector size + 1), serial
+        dim, per operand (level, layout code, full - contig, log2 vector size + 1, page
+        pitch flag), serial
         flag (0 = serial), then the memory limits: raw register counts for RF/VRF and the
         bit length for L1/L2/GL (limits there are 0 or powers of two).
 
@@ -20,10 +21,12 @@ from morello_build.ir.layout import Layout, PhysDim
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import KINDS, LogicalSpec, canonical, is_compose, operand_shapes
-from morello_build.ir.tensorspec import TensorSpec
+from morello_build.ir.tensorspec import TensorSpec, with_page_pitch
 from morello_build.ir.text import parse_spec
 
 _INT32_MAX = (1 << 31) - 1
+#: Point coordinates per operand (see the module doc).
+_PER_OPERAND = 5
 
 
 def _log2_exact(x: int) -> int | None:
@@ -82,7 +85,8 @@ def spatial_point(spec: LogicalSpec, linear: bool = False) -> tuple[int, ...] | 
         if code is None:
             return None
         vs = _log2_exact(o.vector_size) + 1 if o.vector_size else 0  # type: ignore[operator]
-        pt.extend((int(o.level), code, len(o.layout.dims) - o.layout.contig, vs))
+        gap = len(o.layout.dims) - o.layout.contig
+        pt.extend((int(o.level), code, gap, vs, int(o.page_pitch)))
     pt.append(0 if spec.serial else 1)
     return tuple(pt)
 
@@ -136,7 +140,8 @@ def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
         dtypes = tuple(Dtype(d) for d in dtype_names.split(","))
     except ValueError:
         return None
-    if (kind not in KINDS and not is_compose(kind)) or len(point) != 1 + rank + 4 * len(dtypes) + 1:
+    expected = 1 + rank + _PER_OPERAND * len(dtypes) + 1
+    if (kind not in KINDS and not is_compose(kind)) or len(point) != expected:
         return None
     if not linear and max(point[1 : 1 + rank], default=0) > 62:
         return None  # 2^63 and beyond: no such dim (a linear coordinate is d - 1 itself)
@@ -146,13 +151,16 @@ def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
         return None
     operands = []
     for i, (dtype, oshape) in enumerate(zip(dtypes, shapes)):
-        level_c, code, gap, vs_c = point[1 + rank + 4 * i : 5 + rank + 4 * i]
-        if not 0 <= level_c < len(Level):
+        at = 1 + rank + _PER_OPERAND * i
+        level_c, code, gap, vs_c, paged = point[at : at + _PER_OPERAND]
+        if not 0 <= level_c < len(Level) or paged not in (0, 1):
             return None
         layout = _decode_layout(code, len(oshape), gap)
         if layout is None or vs_c > 62:
             return None
         vector_size = 1 << (vs_c - 1) if vs_c else None
-        operands.append(TensorSpec(oshape, dtype, Level(level_c), layout, vector_size))
+        level = Level(level_c)
+        t = TensorSpec(oshape, dtype, level, layout, vector_size)
+        operands.append(with_page_pitch(t, paged == 1))
     spec = canonical(kind, point[0] == 0, shape, tuple(operands), point[-1] == 0)
     return spec if locate(spec) == (key, point) else None
