@@ -112,7 +112,8 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
         "--inputs",
         metavar="NAME=SHAPE,...",
         help="the inputs of a pipeline expression, in the order the kernel takes them "
-        "(then the output): e.g. x=64x768,w=768x3072,b=3072 (a bias [N], a column [ROWS,1])",
+        "(then the output): e.g. x=64x768,w=768x3072,b=3072 (a bias [N], a column "
+        "[ROWS,1], a scalar 1)",
     )
     p.add_argument(
         "--target",

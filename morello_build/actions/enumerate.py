@@ -295,6 +295,8 @@ def _shape_tilings(
     """Output tilings of a `kind` Spec of `shape`: listed once per shape (see
     `_operand_moves`)."""
     out_dims = dim_maps(kind, len(shape))[output_index]
+    if not out_dims:
+        return ()  # a single value (a pipeline's scalar, moved): nothing to tile
     biggest = max(shape[d] for d in out_dims)
     sizes = _pow2_below(biggest) + [biggest]
     rows = len(shape) == 4 and (kind == MATMUL or kind.startswith(MATMUL + STAGE_SEP))

@@ -173,7 +173,7 @@ def _numpy_passes(
     P = functools.partial
     if kind in BROADCAST_KINDS:
         assert vec is not None
-        b = vec[None, :] if kind.endswith("_row") else vec[:, None]
+        b = vec.reshape(1, -1) if kind.endswith("_row") else vec.reshape(-1, 1)  # or 1x1
         return [P(np.add if kind.startswith("add") else np.multiply, src, b, out=y)]
     if kind == "relu":
         return [P(np.maximum, src, np.float32(0), out=y)]
@@ -323,7 +323,7 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
             elif kind == MATMUL:
                 v = jnp.matmul(v, arg, precision=jax.lax.Precision.HIGHEST)
             else:
-                b = arg[None, :] if kind.endswith("_row") else arg[:, None]
+                b = arg.reshape(1, -1) if kind.endswith("_row") else arg.reshape(-1, 1)
                 v = v + b if kind.startswith("add") else v * b
         return v
 
@@ -387,7 +387,10 @@ def _peer_case(
 ) -> PipelineCase:
     """The inputs in f32 and physical layouts; matrices 2-D with their transposition."""
     phys = [to_physical(values[o.name], o.order).astype(np.float32) for o in ins]
-    inputs = [(a.reshape(a.shape[-2:]), o.order[-1] != a.ndim - 1) for a, o in zip(phys, ins)]
+    inputs = [
+        (a.reshape(a.shape[-2:]), bool(o.order) and o.order[-1] != len(o.order) - 1)
+        for a, o in zip(phys, ins)  # a scalar has no dims (its buffer is one value)
+    ]
     m, n = out.shape
     return PipelineCase(stages, tuple(inputs), (m, n))
 

@@ -92,7 +92,7 @@ def pipeline_reference(
             continue
         if stage in BROADCAST_KINDS:
             b = inputs[next(names)]
-            bb = b[None, :] if stage.endswith("_row") else b[:, None]
+            bb = b.reshape(1, -1) if stage.endswith("_row") else b.reshape(-1, 1)  # or 1x1
             if stage.startswith("add"):
                 v = v + bb
             else:

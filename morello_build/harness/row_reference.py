@@ -162,9 +162,10 @@ def broadcast_reference(
     op: str, x: NDArray[np.float64], b: NDArray[np.float64]
 ) -> tuple[NDArray[Any], NDArray[Any]]:
     """(values, per-element bound) of x + b or x * b, b a row vector (`*_row`: length n,
-    the same for every row) or a column vector (`*_col`: one value per row). One f32
-    rounding: u |exact| (and an underflowed product's half ulp of 2^-149)."""
-    bb = b[None, :] if op.endswith("_row") else b[:, None]
+    the same for every row), a column vector (`*_col`: one value per row) or one value
+    (`*_scalar`). One f32 rounding: u |exact| (and an underflowed product's half ulp of
+    2^-149)."""
+    bb = b.reshape(1, -1) if op.endswith("_row") else b.reshape(-1, 1)  # a scalar: 1x1
     ref = x + bb if op.startswith("add") else x * bb
     return ref, U * np.abs(ref) + SUBNORMAL_ABS / 2
 

@@ -107,7 +107,7 @@ from morello_build.harness.row_reference import (
     reduction_reference,
     softmax_reference,
 )
-from morello_build.ir.spec import BROADCAST_KINDS, MAX, SUM, is_compose
+from morello_build.ir.spec import BROADCAST_KINDS, MAX, SCALAR_KINDS, SUM, is_compose
 from morello_build.machine.isa import ISA_FLAGS, host_supports
 
 __all__ = [
@@ -405,7 +405,9 @@ def verify_kernel(
     out = outputs[0]
     float_matmul = abi.op == "matmul" and out.dtype in FLOAT_DTYPES
     pipeline = is_compose(abi.op)
-    row_op = abi.op in ROW_OPS or pipeline  # checked against a bound per element
+    # checked against a bound per element (a scalar broadcast is a pipeline's stage, and
+    # a row operation of its own in the plans)
+    row_op = abi.op in ROW_OPS or abi.op in SCALAR_KINDS or pipeline
     if pipeline:  # two random runs (harness/pipeline_reference.py)
         shapes = {op.name: op.shape for op in abi.operands if op.is_input}
         dtypes = {op.name: op.dtype for op in abi.operands if op.is_input}

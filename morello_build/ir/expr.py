@@ -24,12 +24,14 @@ from morello_build.errors import SpecError
 from morello_build.ir.spec import (
     ADD_COL,
     ADD_ROW,
+    ADD_SCALAR,
     EXP,
     GELU_ERF,
     GELU_TANH,
     MATMUL,
     MUL_COL,
     MUL_ROW,
+    MUL_SCALAR,
     RELU,
     SILU,
     SOFTMAX,
@@ -205,7 +207,11 @@ class _Parser:
             v = self.expr()
             return replace(v, span=(tok.start, self.close(tok).end))
         if tok.kind == "num":
-            raise ExprError("scalar constants are not supported yet", tok.col)
+            raise ExprError(
+                "constants are not supported; declare the value as an input of shape [1] "
+                "(e.g. s = [1]) and write it by name",
+                tok.col,
+            )
         if tok.kind == "-":
             raise ExprError("unary minus is not supported yet (nor subtraction)", tok.col)
         raise ExprError(f"expected an input or a function call, found {self.found(tok)}", tok.col)
@@ -329,6 +335,9 @@ class _Parser:
             raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
         run, vec = self.run(pair[0]), pair[1]
         vs = self.inputs[vec.name]
+        if tuple(vs) == (1,):  # one value, numpy's broadcast of a [1] (e.g. a scale)
+            kind = ADD_SCALAR if tok.kind == "+" else MUL_SCALAR
+            return run.then(Stage(kind, vec.name), (left.span[0], right.span[1]))
         (rows, cols), row = run.shape, len(vs) == 1
         if not row and vs[1] != 1:
             raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
@@ -381,7 +390,7 @@ def chain_text(chain: Chain) -> str:
             text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}", False
         elif stage.operand is None:
             text, is_sum = f"{stage.kind}({text})", False
-        elif stage.kind in (ADD_ROW, ADD_COL):
+        elif stage.kind in (ADD_ROW, ADD_COL, ADD_SCALAR):
             text, is_sum = f"{text} + {stage.operand}", True
         else:
             text, is_sum = f"{f'({text})' if is_sum else text} * {stage.operand}", False

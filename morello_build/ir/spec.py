@@ -59,6 +59,8 @@ ADD_ROW = "add_row"
 ADD_COL = "add_col"
 MUL_ROW = "mul_row"
 MUL_COL = "mul_col"
+ADD_SCALAR = "add_scalar"
+MUL_SCALAR = "mul_scalar"
 
 IN, OUT, INOUT = "in", "out", "inout"
 #: Roles of an accumulating reduction's reduced outputs (OUT when not accumulating).
@@ -79,14 +81,18 @@ class RowKind(NamedTuple):
 
 
 UNARY_KINDS = (RELU, GELU_TANH, GELU_ERF, SILU, EXP)
-#: x (+ or *) b, b broadcast: a row vector `[n]` over the rows (`_ROW` kinds, e.g. a bias)
-#: or a column vector `[rows]` along each row.
-BROADCAST_KINDS = (ADD_ROW, ADD_COL, MUL_ROW, MUL_COL)
+#: x (+ or *) b, b broadcast: a row vector `[n]` over the rows (`_ROW` kinds, e.g. a bias),
+#: a column vector `[rows]` along each row, or one value `[]` (e.g. attention's scale).
+BROADCAST_KINDS = (ADD_ROW, ADD_COL, MUL_ROW, MUL_COL, ADD_SCALAR, MUL_SCALAR)
+#: The broadcasts of one value: pipeline stages only (a user declares them in expressions).
+SCALAR_KINDS = (ADD_SCALAR, MUL_SCALAR)
 _BROADCAST = {
     ADD_ROW: ("AddRow", (1,)),
     ADD_COL: ("AddCol", (0,)),
     MUL_ROW: ("MulRow", (1,)),
     MUL_COL: ("MulCol", (0,)),
+    ADD_SCALAR: ("AddScalar", ()),
+    MUL_SCALAR: ("MulScalar", ()),
 }
 _UNARY_NAMES = {RELU: "Relu", GELU_TANH: "GeluTanh", GELU_ERF: "GeluErf", SILU: "Silu", EXP: "Exp"}
 
@@ -142,7 +148,13 @@ def param_names(kind: str) -> tuple[str, ...]:
 
 
 #: Row operations a user declares (the others are parts of a softmax plan).
-USER_ROW_KINDS = (SOFTMAX, *UNARY_KINDS, *BROADCAST_KINDS, MAX, SUM)
+USER_ROW_KINDS = (
+    SOFTMAX,
+    *UNARY_KINDS,
+    *(k for k in BROADCAST_KINDS if k not in SCALAR_KINDS),
+    MAX,
+    SUM,
+)
 
 #: Reductions along the row (the scan dim, spec dim 1): tiled only along rows, split
 #: along the scan dim only when accumulating.
@@ -222,7 +234,8 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
     cols = [col]
     for i, k in enumerate(stages):
         if k in BROADCAST_KINDS:
-            ops.append((col,) if _BROADCAST[k][1] == (1,) else (rows,))
+            along = _BROADCAST[k][1]
+            ops.append((col,) if along == (1,) else (rows,) if along else ())
         elif k == MATMUL and i > 0:
             ops.append((0, col, nxt))
             col, nxt = nxt, nxt + 1

@@ -26,6 +26,7 @@ from morello_build.ir.limits import Limits
 from morello_build.ir.spec import (
     ADD_COL,
     ADD_ROW,
+    ADD_SCALAR,
     BROADCAST_KINDS,
     DIVIDE_ROWS,
     EXP,
@@ -33,6 +34,7 @@ from morello_build.ir.spec import (
     GELU_TANH,
     MAX,
     MUL_COL,
+    MUL_SCALAR,
     NEG_INF,
     RELU,
     SILU,
@@ -81,7 +83,7 @@ def _one_row(s: LogicalSpec) -> bool:
     if s.shape[0] != 1:
         return False
     for name, t, dims in zip(param_names(s.kind), s.operands, s.dim_maps()):
-        if dims[-1] == 1:  # runs along the row: a row of x or out, or a row vector b
+        if dims[-1:] == (1,):  # runs along the row: a row of x or out, or a row vector b
             if not _row_here(t) or t.dtype not in ((F32, BF16) if name == "x" else (F32,)):
                 return False
         elif not scalar_here(t) or t.dtype != F32:
@@ -506,11 +508,17 @@ def _elementwise_tail(ctx: Ctx, lanes: int, dtype: Dtype, expr: str, loads: dict
     return _masked_block(ctx, body + f"        const {vt} e = {expr};\n" + _mstore("out + i", "e"))
 
 
+#: Broadcasts that add; and those whose b is one value for the row (this row's entry of a
+#: column, or the scalar), passed to the row function as a float.
+_ADDS = (ADD_ROW, ADD_COL, ADD_SCALAR)
+_ONE_VALUE = (ADD_COL, MUL_COL, ADD_SCALAR, MUL_SCALAR)
+
+
 def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
-    """out = x (+ or *) b over one row: b a row vector (a pointer, `_ROW` kinds) or this
-    row's value (a float, `_COL` kinds). `lanes` 1 is the scalar target's loop."""
-    sym = "+" if op in (ADD_ROW, ADD_COL) else "*"
-    col = op in (ADD_COL, MUL_COL)
+    """out = x (+ or *) b over one row: b a row vector (a pointer, `_ROW` kinds) or one
+    value (a float: this row's, `_COL` kinds, or the scalar). `lanes` 1 is the scalar target's loop."""
+    sym = "+" if op in _ADDS else "*"
+    col = op in _ONE_VALUE
     b_param = "float b" if col else "const float *restrict b"
     sb = "b" if col else "b[i]"
     head = (
@@ -826,7 +834,7 @@ def _row_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {_pointer(ctx, out, what)});")
     elif kind in BROADCAST_KINDS:
         x, b, out = views
-        arg = _value(ctx, b) if kind in (ADD_COL, MUL_COL) else _pointer(ctx, b, what)
+        arg = _value(ctx, b) if kind in _ONE_VALUE else _pointer(ctx, b, what)
         ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {arg}, {_pointer(ctx, out, what)});")
     else:
         x, out = views

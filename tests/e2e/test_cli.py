@@ -59,7 +59,7 @@ def morello(*args, env=None):
         (["synth", "relu(x @ w)", "--inputs", "x=8x32,x=8x3"], "input 'x' is declared twice"),
         (
             ["synth", "0.5 * (x @ w)", "--inputs", "x=8x32,w=32x24"],
-            "expr col 1: scalar constants are not supported yet",
+            "expr col 1: constants are not supported; declare the value as an input of shape [1]",
         ),
         (
             ["synth", "x @ w @ v", "--inputs", "x=8x32,w=32x24,v=24x8", "--dtype", "bf16"],

@@ -73,6 +73,19 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ),
     ("avx2", "generic", "MulCol(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowMulCol"}),
     ("avx2", "generic", "Sum(2x64, f32:GL:row, f32:GL:row, serial)", {"RowSum"}),
+    # one value for the whole tensor (a pipeline's `* s` with s declared [1])
+    (
+        "avx2",
+        "generic",
+        "MulScalar(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)",
+        {"RowMulScalar"},
+    ),
+    (
+        "x86-64",
+        "generic",
+        "AddScalar(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)",
+        {"RowAddScalar"},
+    ),
 ]
 
 #: Kernels the DP does not choose on one thread (the online and recompute softmax forms,

@@ -68,6 +68,9 @@ PIPELINES = [
     # Softmax: after a product (whole rows), and the attention core softmax(q @ k.T) @ v.
     _text("Matmul,AddRow,Softmax", "1x8x32x40", F, F, F, F),
     _text("Matmul,Softmax,Matmul", "1x16x32x64x24", F, "f32:GL:col", F, F),
+    # A scalar input (shape [1] declared, one value in the Spec): attention's scale.
+    _text("Matmul,MulScalar,Softmax,Matmul", "1x16x32x64x24", F, "f32:GL:col", F, F, F),
+    _text("AddScalar,Relu", "5x19", F, F, F),
 ]
 
 
@@ -80,7 +83,7 @@ def test_pipelines_compile_run_and_match_numpy(text: str) -> None:
     assert v.of_bound and v.max_rel_err <= 1.0
 
 
-@pytest.mark.parametrize("text", [PIPELINES[1], PIPELINES[4]])
+@pytest.mark.parametrize("text", [PIPELINES[1], PIPELINES[4], PIPELINES[-1]])
 def test_scalar_target_pipelines_match_numpy(text: str) -> None:
     result = synthesize_kernel(text, name="fused", target="x86-64", use_cache=False)
     v = verify_kernel(result.kernel)
@@ -99,6 +102,18 @@ def test_verification_fails_for_the_wrong_pipeline() -> None:
     v = verify_kernel(wrong)
     assert not v.ok
     assert "elements wrong" in v.details
+
+
+@needs_avx2
+def test_verification_fails_for_the_wrong_scalar_stage() -> None:
+    """x * s checked as x + s must fail: the scalar reaches the kernel and the reference."""
+    text = _text("AddCol,MulScalar", "8x16", F, F, F, F)
+    kernel = synthesize_kernel(text, name="fused", target="avx2", use_cache=False).kernel
+    assert verify_kernel(kernel).ok
+    wrong = dataclasses.replace(
+        kernel, abi=dataclasses.replace(kernel.abi, op="add_col+add_scalar")
+    )
+    assert not verify_kernel(wrong).ok
 
 
 def _bufferized(node: object, under_loop: bool = False) -> list[tuple[str, bool]]:

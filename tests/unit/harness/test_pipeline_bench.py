@@ -43,6 +43,11 @@ CASES: dict[str, tuple[str, dict[str, tuple[int, ...]], str]] = {
         {"x": (4, 16), "w": (24, 16), "b": (24,), "v": (24, 8)},
         "f32",
     ),
+    "scaled_attention": (
+        "softmax((q @ k.T) * s) @ v",
+        {"q": (8, 16), "k": (24, 16), "s": (1,), "v": (24, 8)},
+        "f32",
+    ),
 }
 #: Cases this checkout's pipelines cannot express yet (products after the head).
 UNSUPPORTED = {"two_products"} if compose_stages("matmul+relu+matmul") is None else set()

@@ -50,12 +50,17 @@ expr = "relu(x @ w1 + b) @ w2"
 inputs = { x = [4, 8], w1 = [8, 16], b = [16], w2 = [16, 8] }
 
 [[kernel]]
+name = "attn"
+expr = "softmax((q @ k.T) * scale) @ v"
+inputs = { q = [8, 16], k = [12, 16], scale = [1], v = [12, 8] }
+
+[[kernel]]
 name = "mm"
 shape = [3, 4, 5]
 """
 
 FLAGS = ("-O2", "-std=gnu99", "-fPIC", "-Wall", "-Wextra", "-Werror")
-PIPELINES = ["mlp", "proj_b", "act_multi", "mlp2"]
+PIPELINES = ["mlp", "proj_b", "act_multi", "mlp2", "attn"]
 
 
 def _relu(v: np.ndarray) -> np.ndarray:
@@ -68,7 +73,13 @@ REFERENCES: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
     "proj_b": lambda a: _relu(a["x"] @ a["w"].T + a["b"]),
     "act_multi": lambda a: (lambda v: v / (1.0 + np.exp(-v)))(a["x"] * a["c"] + a["b"]),
     "mlp2": lambda a: _relu(a["x"] @ a["w1"] + a["b"]) @ a["w2"],
+    "attn": lambda a: _softmax((a["q"] @ a["k"].T) * a["scale"]) @ a["v"],
 }
+
+
+def _softmax(v: np.ndarray) -> np.ndarray:
+    e = np.exp(v - v.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +162,7 @@ def test_module_lists_the_pipelines(pipemod: Any) -> None:
         "inputs": {"x": (8, 16), "w": (16, 24), "b": (24,)},
     }
     assert list(info["mlp2"]["inputs"]) == ["x", "w1", "b", "w2"]
+    assert info["attn"]["inputs"]["scale"] == (1,)
     assert info["act_multi"]["inputs"]["c"] == (8, 1)
     assert info["act_multi"]["isas"] == ("avx512", "avx2", "x86-64")
     assert info["proj_b"]["dtype"] == "bf16" and info["mm"]["op"] == "matmul"

@@ -211,8 +211,8 @@ REJECTED = [
     ("relu()", 6, "found ')'"),
     ("x $ w", 3, "unexpected character '$'"),
     ("x / w", 3, "division is not supported yet"),
-    ("1.5 * x", 1, "scalar constants are not supported yet"),
-    ("x @ w * 2", 9, "scalar constants are not supported yet"),
+    ("1.5 * x", 1, "constants are not supported; declare the value as an input of shape [1]"),
+    ("x @ w * 2", 9, "constants are not supported; declare the value as an input of shape [1]"),
     ("relu(b)", 6, "'b' is a vector [3072]; the value computed on must be a matrix"),
     ("b + s", 1, "'b' is a vector [3072]"),
     ("x @ b", 5, "'b' is a vector [3072]; @ needs matrices"),
@@ -357,3 +357,23 @@ def test_any_string_parses_or_raises_expr_error(pieces: list[str]) -> None:
         return
     assert parse_chain(chain_text(c), INPUTS) == c
     assert set(c.inputs) <= set(INPUTS)
+
+
+SCALED = {"q": (16, 32), "k": (64, 32), "t": (1,), "v": (64, 8)}
+
+
+@pytest.mark.parametrize(
+    ("text", "stages"),
+    [
+        ("softmax((q @ k.T) * t) @ v", (sp.MUL_SCALAR, sp.SOFTMAX, sp.MATMUL)),
+        ("softmax(t * (q @ k.T)) @ v", (sp.MUL_SCALAR, sp.SOFTMAX, sp.MATMUL)),
+        ("relu(q @ k.T + t)", (sp.ADD_SCALAR, sp.RELU)),
+    ],
+)
+def test_an_input_of_shape_one_is_a_scalar(text: str, stages: tuple[str, ...]) -> None:
+    """numpy broadcasts a [1] over any matrix: attention's `* scale`, whatever the width."""
+    got = parse_chain(text, {n: s for n, s in SCALED.items() if n in text})
+    assert tuple(stage.kind for stage in got.stages) == stages
+    assert got.stages[0].operand == "t"
+    assert got.shape == ((16, 8) if "@ v" in text else (16, 64))
+    assert parse_chain(chain_text(got), {n: s for n, s in SCALED.items() if n in text}) == got
