@@ -172,14 +172,14 @@ static void matmul_d(const double *a, const double *b, double *c, int m, int k, 
         }
 }
 
-/* q_proj = x @ w * s (x, w [16, 16], s [16]) */
+/* q_proj = x @ w * s (x, w [16, 16], s [1]) */
 static void q_proj_ref(const double *const *in, double *out)
 {
     int i, j;
     matmul_d(in[0], in[1], out, 16, 16, 16, 0);
     for (i = 0; i < 16; i++)
         for (j = 0; j < 16; j++)
-            out[i * 16 + j] *= in[2][j];
+            out[i * 16 + j] *= in[2][0];
 }
 
 /* attn_out = softmax(q @ k.T) @ v @ wo (all [16, 16]) */
@@ -244,7 +244,7 @@ int main(void)
     {
         /* the transformer block's kernels; tolerances as the Python tests': 1e-6 per unit
          * of each product's reduction (16 at least) */
-        static const int q_proj_in[] = {16 * 16, 16 * 16, 16};
+        static const int q_proj_in[] = {16 * 16, 16 * 16, 1};
         static const int attn_in[] = {16 * 16, 16 * 16, 16 * 16, 16 * 16};
         static const int mlp_in[] = {16 * 16, 16 * 64, 64, 64 * 16, 16};
         fails += check_pipeline("q_proj", 3, q_proj_in, 16, 16, 16e-6, run_q_proj, q_proj_ref);

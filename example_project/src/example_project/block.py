@@ -24,9 +24,9 @@ from example_project.reference import gelu, gelu_numpy, softmax
 #: Sequence length, model width and MLP hidden width of the declared kernels.
 SEQ, D_MODEL, D_HIDDEN = 16, 16, 64
 
-#: The attention scale 1/sqrt(d) as the vector q_proj multiplies each row by (pipelines
-#: have no scalar constants: the scale is a broadcast multiply).
-ATTN_SCALE = np.full(D_MODEL, 1.0 / math.sqrt(D_MODEL), dtype=np.float32)
+#: The attention scale 1/sqrt(d), q_proj's input `s` (declared [1]: one value; an
+#: expression has no constants).
+ATTN_SCALE = np.array([1.0 / math.sqrt(D_MODEL)], dtype=np.float32)
 
 
 @dataclass(frozen=True)
