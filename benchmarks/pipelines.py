@@ -3,6 +3,8 @@
     python benchmarks/pipelines.py                                   # the default MLP rows
     python benchmarks/pipelines.py --shapes 16x768x3072 --exprs 'gelu(x @ w + b)'
     python benchmarks/pipelines.py --exprs 'silu(x @ w.T + b)' --min-time 0.2 --out mlp.md
+    python benchmarks/pipelines.py --exprs 'softmax((q @ k.T) * s) @ v' --scalars s \
+        --shapes 128x64x128,512x64x512                       # attention: seq x d x seq
 
 Each (expression, shape) is synthesized (replayed from the persistent cache when it is
 there, so a second run only times), then `morello_build.harness.pipeline_bench` times the
@@ -12,8 +14,9 @@ after checking every output against the float64 reference. A ratio is the peer's
 time over morello's: > 1.00x means morello is faster.
 
 Shapes are ``MxKxN``: x is [M, K], w is [K, N] ([N, K] when the expression says ``w.T``),
-a second product's matrix [N, K] (``gelu(x @ w1 + b) @ w2``: an MLP back to width K) and
-every other input a vector [N] (the current width). Without ``@``, x is [M, N].
+a second product's matrix [N, K] (``gelu(x @ w1 + b) @ w2``: an MLP back to width K),
+the names given to ``--scalars`` one value [1], and every other input a vector [N] (the
+current width). Without ``@``, x is [M, N].
 """
 
 from __future__ import annotations
@@ -57,10 +60,13 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, k, n
 
 
-def expr_inputs(expr: str, m: int, k: int, n: int) -> dict[str, tuple[int, ...]]:
+def expr_inputs(
+    expr: str, m: int, k: int, n: int, scalars: frozenset[str] = frozenset()
+) -> dict[str, tuple[int, ...]]:
     """The input shapes of `expr` at M, K, N, in the order the names first appear: x [M, K],
-    w [K, N], a later product's matrix [N, K] (back to K, as an MLP's second layer), every
-    other input a vector of the current width; a name written ``.T`` is stored transposed."""
+    w [K, N], a later product's matrix [N, K] (back to K, as an MLP's second layer), the
+    `scalars` [1], every other input a vector of the current width; a name written ``.T``
+    is stored transposed."""
     tokens = re.findall(r"[A-Za-z_]\w*(?:\.T\b)?|@", expr)
     shapes: dict[str, tuple[int, ...]] = {}
     after_at, width = False, k if "@" in expr else n
@@ -69,7 +75,9 @@ def expr_inputs(expr: str, m: int, k: int, n: int) -> dict[str, tuple[int, ...]]
         if tok == "@" or name in FUNCTIONS or name in shapes:
             after_at = tok == "@"
             continue
-        if not shapes:
+        if name in scalars:
+            shapes[name] = (1,)
+        elif not shapes:
             shapes[name] = (m, width)
         elif after_at:
             dims = (width, n if width == k else k)
@@ -109,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         default=list(EXPRS),
         help="pipeline expressions, each one argument (default: %(default)s)",
     )
+    ap.add_argument(
+        "--scalars",
+        default="",
+        help="comma-separated input names that are one value [1] (e.g. s in (q @ k.T) * s)",
+    )
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds timed per implementation")
     ap.add_argument("--dtype", default="f32", choices=("f32", "bf16"), help="x and w dtype")
     ap.add_argument("--no-cache", action="store_true", help="synthesize without the cache")
@@ -118,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
+    scalars = frozenset(name.strip() for name in args.scalars.split(",") if name.strip())
     peers = [p.name for p in DEFAULT_PEERS]
     head = ["expression", "M x K x N", f"{MORELLO} ms", *(f"{p} ms" for p in peers)]
     head += ["vs best unfused", "vs best fused peer"]
@@ -128,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"[{i}/{len(jobs)}] {expr} {m}x{k}x{n}"
         try:
             t0 = time.perf_counter()
-            text = pipeline_spec_text(expr, expr_inputs(expr, m, k, n), dtype=args.dtype)
+            declared = expr_inputs(expr, m, k, n, scalars)
+            text = pipeline_spec_text(expr, declared, dtype=args.dtype)
             kernel = synthesize_kernel(
                 text, name="pipeline", target=args.target, use_cache=not args.no_cache
             ).kernel

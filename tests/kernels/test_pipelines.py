@@ -91,29 +91,23 @@ def test_scalar_target_pipelines_match_numpy(text: str) -> None:
 
 
 @needs_avx2
-def test_verification_fails_for_the_wrong_pipeline() -> None:
-    """The check is sharp: relu's kernel checked as gelu's (same operands) must fail."""
-    text = _text("Matmul,AddRow,Relu", "1x8x16x16", F, F, F, F)
+@pytest.mark.parametrize(
+    ("text", "checked_as"),
+    [
+        # relu's kernel checked as gelu's (same operands)
+        (_text("Matmul,AddRow,Relu", "1x8x16x16", F, F, F, F), "matmul+add_row+gelu_erf"),
+        # x * s checked as x + s: the scalar reaches the kernel and the reference
+        (_text("AddCol,MulScalar", "8x16", F, F, F, F), "add_col+add_scalar"),
+    ],
+)
+def test_verification_fails_for_the_wrong_pipeline(text: str, checked_as: str) -> None:
+    """The check is sharp: a right kernel checked as another pipeline must fail."""
     kernel = synthesize_kernel(text, name="fused", target="avx2", use_cache=False).kernel
     assert verify_kernel(kernel).ok
-    wrong = dataclasses.replace(
-        kernel, abi=dataclasses.replace(kernel.abi, op="matmul+add_row+gelu_erf")
-    )
+    wrong = dataclasses.replace(kernel, abi=dataclasses.replace(kernel.abi, op=checked_as))
     v = verify_kernel(wrong)
     assert not v.ok
     assert "elements wrong" in v.details
-
-
-@needs_avx2
-def test_verification_fails_for_the_wrong_scalar_stage() -> None:
-    """x * s checked as x + s must fail: the scalar reaches the kernel and the reference."""
-    text = _text("AddCol,MulScalar", "8x16", F, F, F, F)
-    kernel = synthesize_kernel(text, name="fused", target="avx2", use_cache=False).kernel
-    assert verify_kernel(kernel).ok
-    wrong = dataclasses.replace(
-        kernel, abi=dataclasses.replace(kernel.abi, op="add_col+add_scalar")
-    )
-    assert not verify_kernel(wrong).ok
 
 
 def _bufferized(node: object, under_loop: bool = False) -> list[tuple[str, bool]]:
