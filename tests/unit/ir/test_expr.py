@@ -139,10 +139,10 @@ def test_inputs_follow_declaration_order_and_omit_unused() -> None:
 
 
 def test_column_and_row_follow_the_declared_shape() -> None:
-    # A [1]-long vector against a one-column matrix is a row broadcast; [rows, 1] a column.
+    # A [1] is one value against any matrix (even one column wide); [rows, 1] a column.
     decl = {"m": (8, 1), "one": (1,), "col": (8, 1)}
-    assert parse_chain("m + one", decl).stages == (Stage(sp.ADD_ROW, "one"),)
-    assert parse_chain("one + m", decl).stages == (Stage(sp.ADD_ROW, "one"),)
+    assert parse_chain("m + one", decl).stages == (Stage(sp.ADD_SCALAR, "one"),)
+    assert parse_chain("one + m", decl).stages == (Stage(sp.ADD_SCALAR, "one"),)
     assert parse_chain("m * col", decl).stages == (Stage(sp.MUL_COL, "col"),)
     assert parse_chain("col * m", decl).head == ("input", "col")  # both fit: left runs
 
