@@ -49,7 +49,7 @@ from morello_build.harness.row_peers import (
     time_round_robin,
     xla_flags,
 )
-from morello_build.harness.row_reference import compare_rows
+from morello_build.harness.row_reference import broadcast_operand, compare_rows
 from morello_build.harness.verify import kernel_compile_flags
 from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages
 from morello_build.machine.isa import host_supports
@@ -173,7 +173,7 @@ def _numpy_passes(
     P = functools.partial
     if kind in BROADCAST_KINDS:
         assert vec is not None
-        b = vec.reshape(1, -1) if kind.endswith("_row") else vec.reshape(-1, 1)  # or 1x1
+        b = broadcast_operand(kind, vec)
         return [P(np.add if kind.startswith("add") else np.multiply, src, b, out=y)]
     if kind == "relu":
         return [P(np.maximum, src, np.float32(0), out=y)]
@@ -323,7 +323,7 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
             elif kind == MATMUL:
                 v = jnp.matmul(v, arg, precision=jax.lax.Precision.HIGHEST)
             else:
-                b = arg.reshape(1, -1) if kind.endswith("_row") else arg.reshape(-1, 1)
+                b = broadcast_operand(kind, arg)
                 v = v + b if kind.startswith("add") else v * b
         return v
 

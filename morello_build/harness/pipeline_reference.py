@@ -30,6 +30,7 @@ from morello_build.harness.row_reference import (
     SUBNORMAL_ABS,
     U,
     activation_reference,
+    broadcast_operand,
     exact_in,
     softmax_reference,
 )
@@ -92,7 +93,7 @@ def pipeline_reference(
             continue
         if stage in BROADCAST_KINDS:
             b = inputs[next(names)]
-            bb = b.reshape(1, -1) if stage.endswith("_row") else b.reshape(-1, 1)  # or 1x1
+            bb = broadcast_operand(stage, b)
             if stage.startswith("add"):
                 v = v + bb
             else:

@@ -158,6 +158,12 @@ def reduction_reference(op: str, x: NDArray[np.float64]) -> tuple[NDArray[Any], 
     return np.sum(x, axis=-1), gamma * np.sum(np.abs(x), axis=-1) + SUBNORMAL_ABS
 
 
+def broadcast_operand(op: str, b: Any) -> Any:
+    """`b` of broadcast `op` shaped to broadcast against [rows, n] as numpy (or jax)
+    does: a row [1, n], a column [rows, 1], one value [1, 1]."""
+    return b.reshape(1, -1) if op.endswith("_row") else b.reshape(-1, 1)
+
+
 def broadcast_reference(
     op: str, x: NDArray[np.float64], b: NDArray[np.float64]
 ) -> tuple[NDArray[Any], NDArray[Any]]:
@@ -165,7 +171,7 @@ def broadcast_reference(
     the same for every row), a column vector (`*_col`: one value per row) or one value
     (`*_scalar`). One f32 rounding: u |exact| (and an underflowed product's half ulp of
     2^-149)."""
-    bb = b.reshape(1, -1) if op.endswith("_row") else b.reshape(-1, 1)  # a scalar: 1x1
+    bb = broadcast_operand(op, b)
     ref = x + bb if op.startswith("add") else x * bb
     return ref, U * np.abs(ref) + SUBNORMAL_ABS / 2
 

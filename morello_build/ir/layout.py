@@ -136,15 +136,30 @@ def applies(layout: Layout, shape: tuple[int, ...]) -> bool:
     return _expand(layout.dims, shape) is not None
 
 
-def cache_lines(layout: Layout, shape: tuple[int, ...], dtype_size: int) -> int:
-    """Estimated 64-byte lines touched: strided outer dims times lines of the contiguous run."""
+def runs(layout: Layout, shape: tuple[int, ...], dtype_size: int) -> tuple[int, int]:
+    """(contiguous runs, 64-byte lines per run) of a `shape` tensor laid out as `layout`."""
     phys = _expand(layout.dims, shape)
     if phys is None:
         raise ValueError(f"layout {layout_text(layout)} does not apply to {shape}")
     f = len(phys) - layout.contig
-    outer = math.prod(phys[:f])
-    inner = math.prod(phys[f:])
-    return outer * (-(-inner * dtype_size // LINE_BYTES))
+    return math.prod(phys[:f]), -(-math.prod(phys[f:]) * dtype_size // LINE_BYTES)
+
+
+def cache_lines(layout: Layout, shape: tuple[int, ...], dtype_size: int) -> int:
+    """Estimated 64-byte lines touched: strided outer dims times lines of the contiguous run."""
+    count, lines = runs(layout, shape, dtype_size)
+    return count * lines
+
+
+def tile_contig(parent: tuple[int, ...], tile: tuple[int, ...], contig: int) -> int:
+    """How many innermost physical dims of a tile stay one contiguous run, given the
+    physical extents of its parent and of the tile, and the parent's `contig`: up to and
+    including the innermost dim the tile cuts."""
+    n = len(parent)
+    for i in range(n):
+        if parent[n - 1 - i] != tile[n - 1 - i]:
+            return min(contig, i + 1)
+    return contig
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -156,14 +171,7 @@ def update_for_tiling(
     tp = _expand(layout.dims, tile)
     if pp is None or tp is None:
         return None
-    n = len(pp)
-    contig = layout.contig
-    for i in range(n):
-        j = n - 1 - i
-        if pp[j] != tp[j]:
-            contig = min(contig, i + 1)
-            break
-    return _simplify(list(layout.dims), contig, tile)
+    return _simplify(list(layout.dims), tile_contig(pp, tp, layout.contig), tile)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -234,8 +234,7 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
     cols = [col]
     for i, k in enumerate(stages):
         if k in BROADCAST_KINDS:
-            along = _BROADCAST[k][1]
-            ops.append((col,) if along == (1,) else (rows,) if along else ())
+            ops.append({(1,): (col,), (0,): (rows,), (): ()}[_BROADCAST[k][1]])
         elif k == MATMUL and i > 0:
             ops.append((0, col, nxt))
             col, nxt = nxt, nxt + 1

@@ -188,12 +188,8 @@ def l1_set_load(t: TensorSpec) -> int:
         return 0
     if not t.page_pitch:
         return -(-t.cache_lines() // _L1_SETS)
-    phys = lay.expand(t.layout, t.shape)
-    assert phys is not None
-    f = len(phys) - t.layout.contig
-    runs = math.prod(phys[:f])
-    lines = -(-math.prod(phys[f:]) * t.dtype.size // lay.LINE_BYTES)
-    return runs * -(-lines // _L1_SETS)
+    count, lines = lay.runs(t.layout, t.shape, t.dtype.size)
+    return count * -(-lines // _L1_SETS)
 
 
 def fits_l1_sets(t: TensorSpec) -> bool:
@@ -228,14 +224,7 @@ def _tile_page_pitch(t: TensorSpec, tile: tuple[int, ...], layout: lay.Layout) -
     tp = lay.expand(t.layout, tile)
     assert pp is not None and tp is not None
     n = len(pp)
-    inner = n
-    for j in range(n - 1, -1, -1):
-        inner = j
-        if pp[j] != tp[j]:
-            break
-    # dims inner..n-1 are the tile's contiguous run (cut short by the parent's own run)
-    inner = max(inner, n - t.layout.contig)
-    j = inner - 1
+    j = n - lay.tile_contig(pp, tp, t.layout.contig) - 1  # the innermost dim outside the run
     while j >= 0 and tp[j] == 1:
         j -= 1
     if j < 0:
