@@ -270,7 +270,7 @@ def with_costs(node: Impl, target: Target) -> Impl:
         cost = Cost(main, peak, depth + 1)
     elif isinstance(node, Alloc):
         src = node.spec.operands[node.operand]
-        main = move_const(src, node.tensor, target) + sum(mains)
+        main = move_const(src, node.tensor, node.cache_view, target) + sum(mains)
         cost = Cost(main, add_peak(_alloc_units(node), peak), depth + 1)
     elif isinstance(node, Block):
         cost = Cost(sum(mains), peak, depth + 1)

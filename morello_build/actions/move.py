@@ -23,14 +23,25 @@ from morello_build.ir.tensorspec import TensorSpec, fits_l1_sets, level_holds, m
 from morello_build.machine.target import Target
 
 
-def move_const(src: TensorSpec, new: TensorSpec, target: Target) -> int:
-    """A move's own cost. A transfer to another level costs its lines at both levels. A
-    same-level copy (packing into panels in GL or L1) is charged by its own prologue and
-    epilogue Move Specs, which read and write every line; charging the lines here again
-    made a panel copy cost twice its memory traffic (85 units per GL line, not 45)."""
+def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> int:
+    """A move's own cost: what its children do not already charge.
+
+    - A cache view (no copy) brings the tile's lines into the level: its lines at both levels.
+    - A copy between memory levels (e.g. GL -> L1) is filled and drained by prologue and
+      epilogue Move Specs, which read the source a run at a time through views of their own
+      and so already pay its lines once; the copy adds the new buffer's lines and, for a
+      strided source, the surcharge those contiguous runs do not see. Charging the source's
+      lines here too made a packed L1 copy cost its memory traffic twice, so the search
+      streamed B from memory again and again instead (docs/cost-model.md, "Copies").
+    - A same-level copy (packing into panels) is charged by its prologue and epilogue alone.
+    - A move into registers pays the source's lines: its load and store kernels do not.
+    """
     if new.level == src.level:
         return 0
-    return target.move_cost(src) + target.move_cost(new)
+    own = target.move_cost(src) + target.move_cost(new)
+    if view or not new.level.in_memory:
+        return own
+    return own - target.hit_cost[src.level] * src.cache_lines()
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -70,7 +81,7 @@ def _charges(
     new, view = found
     own = [0] * LEVEL_COUNT
     own[move.level] = new.memory_units()
-    return new, view, tuple(own), move_const(src, new, target)
+    return new, view, tuple(own), move_const(src, new, view, target)
 
 
 @dataclass(frozen=True)

@@ -144,11 +144,52 @@ def test_same_level_copies_are_charged_once() -> None:
     plan = panels.plan(spec, t)
     assert plan is not None and plan.const == 0
     new = panels.new_tensor(spec)
-    assert new is not None and move_const(b, new[0], t) == 0
+    assert new is not None and move_const(b, new[0], False, t) == 0
     view = Move(1, Level.L1, b.layout, None, Dtype.F32)
     vplan = view.plan(spec, t)
     assert vplan is not None
     assert vplan.const == t.move_cost(b) + t.move_cost(b._replace(level=Level.L1)) > 0
+
+
+@pytest.mark.parametrize("target_name", ["avx2", "avx512"])
+def test_a_copy_into_l1_pays_the_source_lines_once(target_name: str) -> None:
+    """A GL -> L1 copy of a strided B strip: its prologue Move already reads every source
+    line from GL (through views of its rows), so the Alloc adds only the new buffer's lines
+    and the strided surcharge those rows do not see. Before, the source lines were charged
+    again here, and the search kept re-reading B from memory rather than copy it once."""
+    from morello_build.actions.move import Move
+    from morello_build.ir import layout as lay
+    from morello_build.ir.dtypes import Dtype
+
+    t = get_target(target_name)
+    text = "MatmulAccum(1x16x128x16, f32:L1:row, f32:GL:[1,2]c1, f32:L1:row, serial)"
+    spec = parse_spec(text)
+    b = spec.operands[1]
+    assert not b.is_contiguous
+    copy = Move(1, Level.L1, lay.parse_layout("row", b.shape), None, Dtype.F32)
+    plan = copy.plan(spec, t)
+    assert plan is not None and len(plan.children) == 2  # prologue, body
+    lines = b.cache_lines()
+    new = b._replace(level=Level.L1, layout=lay.parse_layout("row", b.shape))
+    surcharge = t.move_cost(b) - t.hit_cost[Level.GL] * lines
+    assert surcharge == t.hit_cost[Level.GL] * lines  # strided: doubled
+    assert plan.const == t.move_cost(new) + surcharge
+    # ... because the prologue pays for reading the source lines from GL itself.
+    search = Search(t)
+    prologue = search.reconstruct(Spec(plan.children[0], subtract(t.max_limits, plan.own)))
+    assert prologue is not None and prologue.cost is not None
+    views = [
+        n
+        for n in iter_nodes(prologue)
+        if isinstance(n, Alloc) and n.spec.operands[n.operand].level is Level.GL
+    ]
+    assert views, "the prologue reads GL through a move of its own"
+    assert prologue.cost.main >= t.hit_cost[Level.GL] * lines
+    # A view still pays the lines at both levels (it has no prologue).
+    view = Move(1, Level.L1, b.layout, None, Dtype.F32).plan(spec, t)
+    assert view is not None and view.const == t.move_cost(b) + t.move_cost(
+        b._replace(level=Level.L1)
+    )
 
 
 @pytest.mark.parametrize("enabled", [True, False])
