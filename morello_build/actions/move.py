@@ -41,7 +41,7 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
     own = target.move_cost(src) + target.move_cost(new)
     if view or not new.level.in_memory:
         return own
-    return own - target.hit_cost[src.level] * src.cache_lines()
+    return own - target.run_lines_cost(src)
 
 
 @functools.lru_cache(maxsize=1 << 16)

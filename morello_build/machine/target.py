@@ -16,7 +16,9 @@ import functools
 from dataclasses import dataclass
 
 from morello_build.errors import SpecError
+from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
+from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
@@ -92,11 +94,24 @@ class Target:
 
     def move_cost(self, t: TensorSpec) -> int:
         """Cost of touching every line of `t` once; doubled when it is not contiguous."""
+        c = self.run_lines_cost(t)
+        return c if t.is_contiguous else 2 * c
+
+    def run_lines_cost(self, t: TensorSpec) -> int:
+        """Cost of touching every line of `t` once, a contiguous run at a time (what a
+        copy's prologue pays to read it, row by row).
+
+        In main memory each run counts one line more than its length needs: a kernel's
+        arguments come from numpy (large arrays start 16 bytes past a page) or malloc, so a
+        row may start anywhere in a line, and a 16-float strip of B then touches two lines
+        per row, not one (docs/cost-model.md, "Unaligned rows")."""
         hit = self.hit_cost[t.level]
         if hit == 0:
             return 0
-        c = hit * t.cache_lines()
-        return c if t.is_contiguous else 2 * c
+        if t.level is Level.GL:
+            count, per_run = lay.runs(t.layout, t.shape, t.dtype.size)
+            return hit * count * (per_run + 1)
+        return hit * t.cache_lines()
 
     def check_spec(self, spec: LogicalSpec) -> None:
         """Reject Specs this target cannot represent (e.g. 64-byte vectors on AVX2)."""

@@ -287,7 +287,7 @@ def test_a_zero_outside_parallel_loops_costs_main_memory_stores() -> None:
         shared = parse_spec("Zero(512x512, f32:GL:row)")
         own = parse_spec("Zero(256x512, f32:GL:row, serial)")
         assert not shared.serial and own.serial
-        assert memset.cost(shared, t) == 16384 * 20
+        assert memset.cost(shared, t) == (16384 + 1) * 20  # one run; may straddle a line
         assert memset.cost(own, t) == 8192
 
 

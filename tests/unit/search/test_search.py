@@ -169,11 +169,11 @@ def test_a_copy_into_l1_pays_the_source_lines_once(target_name: str) -> None:
     copy = Move(1, Level.L1, lay.parse_layout("row", b.shape), None, Dtype.F32)
     plan = copy.plan(spec, t)
     assert plan is not None and len(plan.children) == 2  # prologue, body
-    lines = b.cache_lines()
     new = b._replace(level=Level.L1, layout=lay.parse_layout("row", b.shape))
-    surcharge = t.move_cost(b) - t.hit_cost[Level.GL] * lines
-    assert surcharge == t.hit_cost[Level.GL] * lines  # strided: doubled
-    assert plan.const == t.move_cost(new) + surcharge
+    rows = t.run_lines_cost(b)
+    assert rows == t.hit_cost[Level.GL] * 128 * 2  # 128 rows of 64 bytes, each may straddle
+    assert plan.const == t.move_cost(new) + t.move_cost(b) - rows  # strided: the surcharge
+    assert t.move_cost(b) - rows == rows
     # ... because the prologue pays for reading the source lines from GL itself.
     search = Search(t)
     prologue = search.reconstruct(Spec(plan.children[0], subtract(t.max_limits, plan.own)))
@@ -184,7 +184,7 @@ def test_a_copy_into_l1_pays_the_source_lines_once(target_name: str) -> None:
         if isinstance(n, Alloc) and n.spec.operands[n.operand].level is Level.GL
     ]
     assert views, "the prologue reads GL through a move of its own"
-    assert prologue.cost.main >= t.hit_cost[Level.GL] * lines
+    assert prologue.cost.main >= rows
     # A view still pays the lines at both levels (it has no prologue).
     view = Move(1, Level.L1, b.layout, None, Dtype.F32).plan(spec, t)
     assert view is not None and view.const == t.move_cost(b) + t.move_cost(
@@ -212,3 +212,28 @@ def test_search_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> No
             gc.enable()
         else:
             gc.disable()
+
+
+def test_rows_in_main_memory_may_straddle_a_line() -> None:
+    """A kernel's arrays may start anywhere in a line (numpy's large arrays start 16 bytes
+    past a page), so each contiguous run in GL costs one line more than its length; the
+    same tile in L1 (a view, or a buffer the kernel aligned itself) does not."""
+    t = get_target("avx2")
+    hit_gl, hit_l1 = t.hit_cost[Level.GL], t.hit_cost[Level.L1]
+    strip = parse_spec(
+        "MatmulAccum(1x16x256x16, f32:L1:row, f32:GL:[1,2]c1, f32:L1:row, serial)"
+    ).operands[1]
+    assert strip.cache_lines() == 256
+    assert t.run_lines_cost(strip) == hit_gl * 256 * 2  # one 64-byte row: two lines
+    assert t.move_cost(strip) == 2 * t.run_lines_cost(strip)  # strided
+    wide = parse_spec(
+        "MatmulAccum(1x16x256x64, f32:L1:row, f32:GL:[1,2]c1, f32:L1:row, serial)"
+    ).operands[1]
+    assert t.run_lines_cost(wide) == hit_gl * 256 * 5  # four lines a row, plus one
+    whole = parse_spec("Matmul(1x16x256x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    b = whole.operands[1]
+    assert b.is_contiguous and t.move_cost(b) == hit_gl * (256 + 1)  # one run
+    in_l1 = strip._replace(level=Level.L1)
+    assert t.move_cost(in_l1) == 2 * hit_l1 * 256
+    # Per column, a wider strip now costs less to bring in: why B panels grow.
+    assert t.run_lines_cost(wide) / 64 < t.run_lines_cost(strip) / 16
