@@ -358,6 +358,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         peer_isa=args.peer_isa,
         compiler=args.cc,
         one_thread=one_thread,
+        array_offset=args.offset,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -371,10 +372,16 @@ def _bench_pipeline(args: argparse.Namespace, spec_text: str) -> int:
     from Python on one thread (harness/pipeline_bench.py)."""
     from morello_build.harness.pipeline_bench import bench_pipeline
 
-    for option, default in (("peers", None), ("scaling", False), ("peer_isa", "kernel")):
+    for option, default in (
+        ("peers", None),
+        ("scaling", False),
+        ("peer_isa", "kernel"),
+        ("offset", 0),
+    ):
         if getattr(args, option) != default:
             flag = "--" + option.replace("_", "-")
-            raise SpecError(f"{flag} applies to matmul and row operations, not to a pipeline")
+            what = "matmul kernels" if option == "offset" else "matmul and row operations"
+            raise SpecError(f"{flag} applies to {what}, not to a pipeline")
     if args.threads > 1:
         raise SpecError("a pipeline is benchmarked on one thread (its peers run on one)")
     res = _synth_kernel(args, spec_text)
@@ -522,6 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.5,
         help="seconds of timing per implementation [default: 0.5]",
+    )
+    b.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="matmul: place every array (the kernel's and its peers') BYTES past a 64-byte"
+        " boundary, a multiple of 4 below 64, as callers' arrays often are: numpy puts large"
+        " arrays 16 bytes past a page, so --offset 16 times what a numpy caller gets"
+        " [default: 0, aligned]",
     )
     b.add_argument(
         "--peer-isa",
@@ -719,6 +736,9 @@ def _check_args(args: argparse.Namespace) -> str | None:
     problem = apply_remote_args(args)
     if problem is not None:
         return problem
+    offset = getattr(args, "offset", 0)
+    if not (0 <= offset < 64 and offset % 4 == 0):
+        return f"--offset {offset}: expected a multiple of 4 from 0 to 60 (bytes)"
     min_time = getattr(args, "min_time", 1.0)
     if not (math.isfinite(min_time) and 0 < min_time <= MAX_MIN_TIME):  # also rejects nan
         return f"--min-time must be a positive number of seconds, at most {MAX_MIN_TIME:g}"

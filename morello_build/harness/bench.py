@@ -95,6 +95,7 @@ from morello_build.harness.report import (
     BenchReport,
     ImplResult,
     parse_check,
+    parse_offsets,
     parse_timing,
     timed_result,
 )
@@ -116,10 +117,15 @@ class BenchError(MorelloError):
 
 
 def harness_source(
-    abi: KernelABI, impls: Sequence[PeerImpl], thread_setup: str, one_thread: bool = False
+    abi: KernelABI,
+    impls: Sequence[PeerImpl],
+    thread_setup: str,
+    one_thread: bool = False,
+    array_offset: int = 0,
 ) -> str:
-    """The harness's main file (`templates/harness.c`): the buffers, one table entry per
-    implementation (the kernel first), `setup(threads)` and the check/time driver."""
+    """The harness's main file (`templates/harness.c`): the buffers (each `array_offset`
+    bytes past a 64-byte boundary), one table entry per implementation (the kernel first),
+    `setup(threads)` and the check/time driver."""
     out_index = next(i for i, op in enumerate(abi.operands) if not op.is_input)
     nbytes = ", ".join(
         f"{math.prod(op.shape) * np.dtype(STORAGE[op.dtype]).itemsize}UL" for op in abi.operands
@@ -152,6 +158,7 @@ def harness_source(
         accumulate=1 if (abi.op == "matmul" and abi.accumulate) else 0,
         min_samples=MIN_SAMPLES,
         warmup_seconds=repr(WARMUP_SECONDS),
+        array_offset=array_offset,
         nbytes=nbytes,
         implementations="\n".join(parts),
     )
@@ -197,6 +204,7 @@ def _build(
     naive_arch: Sequence[str] = HOST_NAIVE_ARCH,
     threads: int = 1,
     one_thread: GeneratedKernel | None = None,
+    array_offset: int = 0,
 ) -> Path:
     """Write and compile the kernel, the peers' own sources and the harness; link them
     with the peer libraries into `workdir/morello_bench`."""
@@ -213,7 +221,7 @@ def _build(
     files |= {src.file: src.render(abi) for src in always}
     files["morello_bench_call.c"] = call_source(abi, "morello_bench_run")
     files["morello_bench_harness.c"] = harness_source(
-        abi, impls, thread_setup, one_thread is not None
+        abi, impls, thread_setup, one_thread is not None, array_offset
     )
     files |= {src.file: src.render(abi) for src in beside}
     write_sources(workdir, files)
@@ -323,6 +331,7 @@ def bench_kernel(
     seed: int = 0,
     peer_isa: str = "kernel",
     one_thread: GeneratedKernel | None = None,
+    array_offset: int = 0,
 ) -> BenchReport:
     """Benchmark `kernel` against `peers` (default: all of `ALL_PEERS`).
 
@@ -334,6 +343,10 @@ def bench_kernel(
     `one_thread`: with `threads` > 1, the same Spec synthesized for one thread, timed
     beside the kernel as `ONE_THREAD` (never a peer); `BenchReport.scaling` is then the
     kernel's speed-up over it.
+    `array_offset`: every array starts this many bytes past a 64-byte boundary (a multiple
+    of 4 below 64), for the kernel and its peers alike: callers' arrays are often placed so
+    (numpy's large arrays start 16 bytes past a page), and some plans are slower on them
+    (docs/cost-model.md, "Unaligned rows"). Matmul only.
     """
     if peer_isa not in PEER_ISAS:
         raise ValueError(f"peer_isa must be one of {PEER_ISAS}, got {peer_isa!r}")
@@ -352,6 +365,10 @@ def bench_kernel(
     if one_thread is not None:
         _check_one_thread(kernel, one_thread, threads)
     rows = abi.op in ROW_OPS
+    if not (0 <= array_offset < 64 and array_offset % 4 == 0):
+        raise BenchError(f"array offset {array_offset}: expected a multiple of 4 from 0 to 60")
+    if array_offset and abi.op != "matmul":
+        raise BenchError("an array offset applies to matmul kernels only")
     if abi.op in ROW_KINDS and not rows:
         raise BenchError(
             f"{abi.op} kernels have no benchmark peers yet; morello bench takes matmul and "
@@ -393,7 +410,16 @@ def bench_kernel(
     with tempfile.TemporaryDirectory(prefix="morello-bench-") as tmp:
         workdir = Path(tmp)
         exe = _build(
-            cc, workdir, kernel, impls, libs, thread_setup, naive_arch, threads, one_thread
+            cc,
+            workdir,
+            kernel,
+            impls,
+            libs,
+            thread_setup,
+            naive_arch,
+            threads,
+            one_thread,
+            array_offset,
         )
         if rows:
             from morello_build.harness.verify import check_rows
@@ -415,6 +441,9 @@ def bench_kernel(
         one_thread_name = one_thread.abi.name if one_thread is not None else ""
         # 1. Check every implementation once against numpy.
         stdout = _run([str(exe), "check", tmp, str(threads)], env, "the correctness check")
+        placed = parse_offsets(stdout)
+        if placed != [array_offset] * len(abi.operands):
+            raise BenchError(f"the harness placed its arrays at {placed}, not {array_offset}")
         passed: list[str] = []
         for line in parse_check(stdout):
             if line.word == "skip":
@@ -516,4 +545,5 @@ def bench_kernel(
         ratio=ratio,
         peer_limit=peer_limit,
         tune=kernel.tune,
+        array_offset=array_offset,
     )

@@ -81,6 +81,8 @@ class BenchReport:
     #: first, then onnxruntime and jax; their ratios are over that kernel row.
     python_results: tuple[ImplResult, ...] = ()
     xla_flags: str = ""  # what jax ran with
+    #: Bytes past a 64-byte boundary at which the C harness placed every array (`--offset`).
+    array_offset: int = 0
 
     @property
     def is_rows(self) -> bool:
@@ -143,6 +145,7 @@ class BenchReport:
             "ratio": self.ratio,
             "peer_limit": self.peer_limit,
             "scaling": self.scaling,
+            "array_offset": self.array_offset,
         }
 
     def format_table(self) -> str:
@@ -154,6 +157,7 @@ class BenchReport:
             f"{self.threads} thread(s), "
             f"{self.flops} flop/call, {self.compiler}",
             f"peers: {self.peer_limit or 'all of this host'}",
+            *self._offset_lines(),
             f"{'implementation':<16}{'GFLOP/s med':>12}{'GFLOP/s best':>13}{'us/call med':>13}"
             f"{'samples':>9}",
         ]
@@ -179,6 +183,11 @@ class BenchReport:
             if share is not None:
                 lines.append(f"morello-build / {name}: {share:.0%} of {what}")
         return "\n".join(lines)
+
+    def _offset_lines(self) -> list[str]:
+        if not self.array_offset:
+            return []
+        return [f"arrays: {self.array_offset} bytes past a 64-byte boundary (--offset)"]
 
     def _rows_table(self) -> str:
         """The row-operation table: GB/s, and each peer's ratio beside it."""
@@ -282,6 +291,16 @@ def parse_check(stdout: str) -> list[CheckLine]:
         elif word in ("reference", "checked"):
             lines.append(CheckLine(word, rest.strip()))
     return lines
+
+
+def parse_offsets(stdout: str) -> list[int]:
+    """Where the check run's arrays start, in bytes past a 64-byte boundary, per operand."""
+    out = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "offset":
+            out.append(int(parts[2]))
+    return out
 
 
 def parse_timing(

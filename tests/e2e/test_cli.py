@@ -74,6 +74,12 @@ def morello(*args, env=None):
         (["bench", "matmul", "8x8x8", "--min-time", "-1"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--min-time", "nan"], "--min-time must be a positive"),
         (["bench", "matmul", "8x8x8", "--scaling"], "--scaling compares a threaded kernel"),
+        (["bench", "matmul", "8x8x8", "--offset", "3"], "--offset 3: expected a multiple of 4"),
+        (["bench", "matmul", "8x8x8", "--offset", "64"], "--offset 64: expected a multiple"),
+        (
+            ["bench", "relu(x @ w)", "--inputs", "x=8x32,w=32x24", "--offset", "16"],
+            "--offset applies to matmul kernels, not to a pipeline",
+        ),
         (
             ["synth", "matmul", "8x8x8", "--schedule", "morello_build.schedules:nope"],
             "morello_build.schedules has no function 'nope'",

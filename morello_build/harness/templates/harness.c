@@ -14,6 +14,9 @@ ${naive_prototype};
 #define ACCUMULATE ${accumulate}
 #define MIN_SAMPLES ${min_samples}
 #define WARMUP_SECONDS ${warmup_seconds}
+/* Every array starts this many bytes past a 64-byte boundary (bench --offset): callers'
+   arrays often do (numpy's large arrays start 16 bytes past a page). 0: aligned. */
+#define ARRAY_OFFSET ${array_offset}
 static const size_t nbytes[N_OPERANDS] = {${nbytes}};
 void *morello_bench_buf[N_OPERANDS];
 static void **const buf = morello_bench_buf;
@@ -27,11 +30,11 @@ static double now(void) {
 }
 
 static void *alloc64(size_t bytes) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    size_t rounded = (bytes + 63) / 64 * 64 + 64; /* room for ARRAY_OFFSET */
+    char *p = aligned_alloc(64, rounded);
     if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
-    memset(p, 0, rounded ? rounded : 64);
-    return p;
+    memset(p, 0, rounded);
+    return p + ARRAY_OFFSET;
 }
 
 static void *load(const char *dir, const char *file, size_t bytes) {
@@ -77,6 +80,8 @@ int main(int argc, char **argv) {
     }
     setup(threads);
     if (strcmp(argv[1], "check") == 0) {
+        for (int i = 0; i < N_OPERANDS; i++)
+            printf("offset %d %d\n", i, (int)((uintptr_t)buf[i] % 64));
         for (int i = 0; i < N_IMPLS; i++) {
             if (impls[i].skip) { printf("skip %s %s\n", impls[i].name, impls[i].skip); continue; }
             if (impls[i].reference) { impls[i].run(); printf("reference %s\n", impls[i].name); continue; }

@@ -306,3 +306,28 @@ def test_kernel_is_one_indirect_call_from_the_timing_loop_like_every_peer() -> N
 def test_harness_names_are_reserved() -> None:
     with pytest.raises(BenchError, match="morello_bench_"):
         bench_kernel(zero_kernel("morello_bench_run"), peers=["naive"], min_time=FAST)
+
+
+@pytest.mark.parametrize("offset", [16, 4])
+def test_arrays_can_sit_past_a_line_boundary_like_numpys(offset: int) -> None:
+    """`array_offset` places every array (the kernel's and the peers') that many bytes past
+    a 64-byte boundary, as numpy places its large arrays; the harness reports where they
+    really start, every implementation is still checked against numpy, and the table says
+    so."""
+    report = bench_kernel(
+        matmul_kernel("off", 1, 16, 24, 40), peers=["naive"], min_time=FAST, array_offset=offset
+    )
+    assert report.array_offset == offset
+    assert report.result("naive").skipped is None and report.ratio is not None
+    assert f"arrays: {offset} bytes past a 64-byte boundary" in report.format_table()
+    assert report.to_json()["array_offset"] == offset
+    aligned = bench_kernel(matmul_kernel("al", 1, 16, 24, 40), peers=["naive"], min_time=FAST)
+    assert aligned.array_offset == 0 and "arrays:" not in aligned.format_table()
+
+
+def test_array_offsets_are_checked() -> None:
+    for bad in (2, 64, -4):
+        with pytest.raises(BenchError, match="expected a multiple of 4"):
+            bench_kernel(matmul_kernel("b8", 1, 8, 8, 8), min_time=FAST, array_offset=bad)
+    with pytest.raises(BenchError, match="matmul kernels only"):
+        bench_kernel(zero_kernel("z"), peers=["naive"], min_time=FAST, array_offset=16)
