@@ -26,7 +26,7 @@ from typing import NoReturn
 
 from morello_build import __version__
 from morello_build.errors import MorelloError, SpecError, first_line
-from morello_build.harness.peer_registry import PEER_ISAS
+from morello_build.harness.peer_registry import PEER_ISAS, array_offset_problem
 from morello_build.integration.remote_args import add_remote_args, apply_remote_args
 from morello_build.names import check_kernel_name
 from morello_build.native import describe
@@ -372,16 +372,16 @@ def _bench_pipeline(args: argparse.Namespace, spec_text: str) -> int:
     from Python on one thread (harness/pipeline_bench.py)."""
     from morello_build.harness.pipeline_bench import bench_pipeline
 
-    for option, default in (
-        ("peers", None),
-        ("scaling", False),
-        ("peer_isa", "kernel"),
-        ("offset", 0),
+    both = "matmul and row operations"
+    for option, default, applies_to in (
+        ("peers", None, both),
+        ("scaling", False, both),
+        ("peer_isa", "kernel", both),
+        ("offset", 0, "matmul kernels"),
     ):
         if getattr(args, option) != default:
             flag = "--" + option.replace("_", "-")
-            what = "matmul kernels" if option == "offset" else "matmul and row operations"
-            raise SpecError(f"{flag} applies to {what}, not to a pipeline")
+            raise SpecError(f"{flag} applies to {applies_to}, not to a pipeline")
     if args.threads > 1:
         raise SpecError("a pipeline is benchmarked on one thread (its peers run on one)")
     res = _synth_kernel(args, spec_text)
@@ -736,9 +736,9 @@ def _check_args(args: argparse.Namespace) -> str | None:
     problem = apply_remote_args(args)
     if problem is not None:
         return problem
-    offset = getattr(args, "offset", 0)
-    if not (0 <= offset < 64 and offset % 4 == 0):
-        return f"--offset {offset}: expected a multiple of 4 from 0 to 60 (bytes)"
+    problem = array_offset_problem(getattr(args, "offset", 0))
+    if problem is not None:
+        return problem
     min_time = getattr(args, "min_time", 1.0)
     if not (math.isfinite(min_time) and 0 < min_time <= MAX_MIN_TIME):  # also rejects nan
         return f"--min-time must be a positive number of seconds, at most {MAX_MIN_TIME:g}"

@@ -85,6 +85,7 @@ from morello_build.harness.peer_registry import (
     ROW_REFERENCES,
     PeerImpl,
     PeerLib,
+    array_offset_problem,
     c_call_args,
     onednn_isa_env,
     peer_isa_settings,
@@ -365,8 +366,9 @@ def bench_kernel(
     if one_thread is not None:
         _check_one_thread(kernel, one_thread, threads)
     rows = abi.op in ROW_OPS
-    if not (0 <= array_offset < 64 and array_offset % 4 == 0):
-        raise BenchError(f"array offset {array_offset}: expected a multiple of 4 from 0 to 60")
+    problem = array_offset_problem(array_offset)
+    if problem is not None:
+        raise BenchError(problem)
     if array_offset and abi.op != "matmul":
         raise BenchError("an array offset applies to matmul kernels only")
     if abi.op in ROW_KINDS and not rows:

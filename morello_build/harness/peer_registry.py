@@ -40,6 +40,15 @@ from morello_build.machine.isa import ISA, ISA_LIST, native_isa
 #: OpenBLAS's choice of kernels); "host" lets them use all of this host as they detect it.
 PEER_ISAS = ("kernel", "host")
 
+
+def array_offset_problem(offset: int) -> str | None:
+    """Why `offset` cannot place the harness's arrays (`bench --offset`), or None: it must
+    keep every f32 and bf16 pair whole and stay within one 64-byte line."""
+    if 0 <= offset < 64 and offset % 4 == 0:
+        return None
+    return f"--offset {offset}: expected a multiple of 4 from 0 to 60 (bytes)"
+
+
 #: The rows of the kernel itself and of its one-thread counterpart (the same Spec
 #: synthesized for one thread, timed beside a threaded kernel so that the scaling is a
 #: ratio of interleaved samples): not peers, but named here with them.
