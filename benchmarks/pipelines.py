@@ -9,7 +9,8 @@
 Each (expression, shape) is synthesized (replayed from the persistent cache when it is
 there, so a second run only times), then `morello_build.harness.pipeline_bench` times the
 kernel through ctypes beside numpy (OpenBLAS matmul, then the epilogue as numpy passes),
-onnxruntime (its optimized graph of the same ops) and jax.jit (XLA CPU), one thread each,
+onnxruntime (its optimized graph of the same ops), jax.jit (XLA CPU) and oneDNN (one matmul
+primitive with the epilogue as post-ops, where the pipeline is one), one thread each,
 after checking every output against the float64 reference. A ratio is the peer's median
 time over morello's: > 1.00x means morello is faster.
 
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes[f"{expr} {m}x{k}x{n}: {row.name}: {row.status}"] = None
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     doc = [
-        f"# Pipelines: morello vs numpy, onnxruntime, jax ({args.target}, {args.dtype})",
+        f"# Pipelines: morello vs numpy, onnxruntime, jax, oneDNN ({args.target}, {args.dtype})",
         "",
         f"CPU: {cpu_model()}  ",
         f"Date: {now}",

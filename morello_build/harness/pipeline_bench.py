@@ -1,6 +1,7 @@
 """Time a pipeline kernel (``gelu(x @ w + b)``) against what a user runs without it: numpy
 (an OpenBLAS matmul, then one numpy pass per epilogue operation), onnxruntime's optimized
-graph of the same ops (it fuses MatMul+Add+Gelu itself) and XLA through `jax.jit`.
+graph of the same ops (it fuses MatMul+Add+Gelu itself), XLA through `jax.jit` and oneDNN's
+matmul primitive with the epilogue as post-ops (`harness.onednn_matmul`).
 
 As in `harness.row_peers` (whose timing loop this reuses), everything runs in this process,
 the kernel through ctypes on preallocated numpy buffers, so each call pays Python's
@@ -41,6 +42,8 @@ from morello_build.harness.compile import (
     find_compiler,
     kernel_files,
 )
+from morello_build.harness.onednn_matmul import onednn_matmul
+from morello_build.harness.peer_registry import find_onednn
 from morello_build.harness.pipeline_reference import pipeline_inputs, pipeline_reference
 from morello_build.harness.row_peers import (
     PyImpl,
@@ -54,13 +57,14 @@ from morello_build.harness.verify import kernel_compile_flags
 from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages
 from morello_build.machine.isa import host_supports
 
-__all__ = ["DEFAULT_PEERS", "JAX", "MORELLO", "ONNXRUNTIME", "UNFUSED", "PipelineBench"]
+__all__ = ["DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME", "UNFUSED", "PipelineBench"]
 __all__ += ["PipelineCase", "PipelinePeer", "PipelineRow", "bench_pipeline"]
 
 MORELLO = "morello"
 UNFUSED = "unfused (numpy/OpenBLAS)"
 ONNXRUNTIME = "onnxruntime"
 JAX = "jax.jit (XLA CPU)"
+ONEDNN = "oneDNN matmul + post-ops"
 T = TypeVar("T")
 _OPERAND_KINDS = (MATMUL, *BROADCAST_KINDS)  # the stages that read an input
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -338,10 +342,22 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
     return PyImpl(JAX, run, lambda: np.asarray(last[0]))
 
 
+def plan_onednn(case: PipelineCase) -> PyImpl | str:
+    """One oneDNN matmul primitive with the epilogue as post-ops (`harness.onednn_matmul`),
+    on the inputs in their own layouts; pipelines with a second product or a softmax are
+    not one primitive and get why not."""
+    head, stages = case.walk(case.logical())
+    got = onednn_matmul(head, stages, case.out_shape)
+    if isinstance(got, str):
+        return got
+    return PyImpl(ONEDNN, got.run, lambda: got.out)
+
+
 DEFAULT_PEERS: tuple[PipelinePeer, ...] = (
     PipelinePeer(UNFUSED, False, plan_unfused),
     PipelinePeer(ONNXRUNTIME, True, plan_onnxruntime),
     PipelinePeer(JAX, True, plan_jax),
+    PipelinePeer(ONEDNN, True, plan_onednn),
 )
 
 
@@ -490,6 +506,10 @@ def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) ->
         notes.append(f"unfused gelu_erf: 0.5 x (1 + erf(x / sqrt 2)) with {erf_f32()[1]}")
     if JAX in timed:
         notes.append(f"jax: XLA_FLAGS={xla_flags(1)!r}; matmul at Precision.HIGHEST (f32)")
+    if ONEDNN in timed:
+        notes.append(
+            f"oneDNN: {find_onednn().version}, weights in the caller's layout (no reorder)"
+        )
     mods = ("numpy", "onnxruntime", "jax")
     versions = [
         f"{m} {getattr(sys.modules[m], '__version__', '?')}" for m in mods if m in sys.modules

@@ -1,0 +1,190 @@
+"""oneDNN's matmul primitive with post-ops, called through ctypes: the fused peer a C++ user
+reaches for when a pipeline is one product followed by elementwise work (`gelu(x @ w + b)`:
+bias, then eltwise and binary post-ops applied to each tile before it is stored).
+
+The primitive is created once for the shapes and strides of the caller's arrays (as a
+framework caches it) and runs on those arrays in place, the weights in the caller's layout
+(`w` or `w.T`, no reorder), like the kernel and the other peers, on the host's ISA (as
+onnxruntime and XLA run). oneDNN's v3 C API is declared here by value (no headers): the
+libraries the harness finds (`find_onednn`) are v3, and the result is checked against the
+reference before anything is timed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from morello_build.harness.peer_registry import find_onednn
+from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, SCALAR_KINDS
+
+__all__ = ["OneDnnMatmul", "onednn_matmul"]
+
+_F32 = 3  # dnnl_f32
+_ARG_SRC, _ARG_SRC_1, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 2, 17, 33, 41
+_POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE (v3)
+#: dnnl_alg_kind_t of the pipelines' activations: (alg, alpha, beta).
+_ELTWISE = {
+    "relu": (0x20, 0.0, 0.0),  # dnnl_eltwise_relu, alpha 0: max(x, 0)
+    "gelu_tanh": (0x2B, 0.0, 0.0),  # dnnl_eltwise_gelu_tanh
+    "silu": (0x2C, 1.0, 0.0),  # dnnl_eltwise_swish, alpha 1: x * sigmoid(x)
+    "gelu_erf": (0x31, 0.0, 0.0),  # dnnl_eltwise_gelu_erf
+    "exp": (0x2A, 0.0, 0.0),  # dnnl_eltwise_exp
+}
+_BINARY = {"add": 0x1FFF0, "mul": 0x1FFF1}  # dnnl_binary_add, dnnl_binary_mul
+
+_Handle = ctypes.c_void_p
+
+
+class _ExecArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", _Handle)]
+
+
+@dataclass(frozen=True)
+class OneDnnMatmul:
+    """A created primitive and its arguments: `run()` computes into `out`."""
+
+    run_args: tuple[Any, ...]  # (execute, wait, primitive, stream, count, args)
+    out: NDArray[np.float32]
+    keep: tuple[object, ...]  # arrays and handles the primitive points into
+
+    def run(self) -> None:
+        execute, wait, prim, stream, count, args = self.run_args
+        if execute(prim, stream, count, args) != 0:
+            raise RuntimeError("dnnl_primitive_execute failed")
+        wait(stream)
+
+
+def _plan_post_ops(stages: Sequence[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], str]:
+    """The stages after the product as oneDNN post-ops, or why they are not ("" if fine)."""
+    ops: list[tuple[str, Any]] = []
+    for kind, arg in stages:
+        if kind in _ELTWISE:
+            ops.append(("eltwise", kind))
+        elif kind in BROADCAST_KINDS:
+            ops.append(("binary", (kind, arg)))
+        else:
+            return [], f"a {kind} stage after the product is not a oneDNN post-op"
+    return ops, ""
+
+
+def _library() -> ctypes.CDLL | str:
+    lib = find_onednn()
+    if not lib.available:
+        return lib.reason
+    dll = ctypes.CDLL(lib.library)
+    dll.dnnl_version.restype = ctypes.POINTER(ctypes.c_int * 3)  # major, minor, patch first
+    version = dll.dnnl_version().contents
+    if version[0] != 3:
+        return f"oneDNN {version[0]}.{version[1]} at {lib.library}: the peer calls its v3 C API"
+    return dll
+
+
+def onednn_matmul(
+    x: NDArray[np.float32],
+    stages: Sequence[tuple[str, Any]],
+    out_shape: tuple[int, int],
+) -> OneDnnMatmul | str:
+    """`x @ w` then the remaining `stages` ((kind, operand) pairs, the first a matmul) as
+    one oneDNN matmul primitive on these arrays, or why it cannot be one."""
+    if not stages or stages[0][0] != MATMUL:
+        return "the pipeline does not start with a product"
+    if any(kind == MATMUL for kind, _ in stages[1:]):
+        return "two products are two oneDNN primitives (not one fused call)"
+    w = stages[0][1]
+    rest = list(stages[1:])
+    bias = None
+    if rest and rest[0][0] == "add_row":  # oneDNN's own bias argument
+        bias = np.ascontiguousarray(rest.pop(0)[1], dtype=np.float32).reshape(1, -1)
+    post_ops, why = _plan_post_ops(rest)
+    if why:
+        return why
+    dll = _library()
+    if isinstance(dll, str):
+        return dll
+    out = np.zeros(out_shape, dtype=np.float32)
+    keep: list[object] = [x, w, out, bias]
+    handles: list[_Handle] = []  # kept with the primitive, as long as it may run
+
+    def check(status: int, step: str) -> None:
+        if status != 0:  # dnnl_status_t: 3 unimplemented, 2 invalid arguments, ...
+            raise RuntimeError(f"{step}: oneDNN status {status}")
+
+    def desc(a: NDArray[np.float32]) -> _Handle:
+        if a.dtype != np.float32 or a.ndim != 2:
+            raise ValueError(f"expected a 2-D float32 array, got {a.dtype} {a.shape}")
+        md = _Handle()
+        dims = (ctypes.c_int64 * 2)(*a.shape)
+        strides = (ctypes.c_int64 * 2)(*(s // a.itemsize for s in a.strides))
+        check(
+            dll.dnnl_memory_desc_create_with_strides(ctypes.byref(md), 2, dims, _F32, strides),
+            "memory desc",
+        )
+        handles.append(md)
+        return md
+
+    engine, stream, attr, po, pd, prim = (_Handle() for _ in range(6))
+    check(
+        dll.dnnl_engine_create(ctypes.byref(engine), 1, ctypes.c_size_t(0)),
+        "dnnl_engine_create (CPU)",
+    )
+    check(dll.dnnl_stream_create(ctypes.byref(stream), engine, 1), "dnnl_stream_create")
+    check(dll.dnnl_primitive_attr_create(ctypes.byref(attr)), "dnnl_primitive_attr_create")
+    check(dll.dnnl_post_ops_create(ctypes.byref(po)), "dnnl_post_ops_create")
+    binaries: list[tuple[int, _Handle, NDArray[np.float32]]] = []
+    for index, (op, what) in enumerate(post_ops):
+        if op == "eltwise":
+            alg, alpha, beta = _ELTWISE[what]
+            status = dll.dnnl_post_ops_append_eltwise(
+                po, alg, ctypes.c_float(alpha), ctypes.c_float(beta)
+            )
+            check(status, f"dnnl_post_ops_append_eltwise ({what})")
+        else:
+            kind, vec = what
+            b = np.ascontiguousarray(vec, dtype=np.float32).reshape(
+                (1, 1) if kind in SCALAR_KINDS else (1, -1) if kind.endswith("_row") else (-1, 1)
+            )
+            alg = _BINARY[kind.split("_")[0]]
+            b_md = desc(b)
+            check(dll.dnnl_post_ops_append_binary(po, alg, b_md), f"post-op binary ({kind})")
+            binaries.append((index, b_md, b))
+    check(dll.dnnl_primitive_attr_set_post_ops(attr, po), "dnnl_primitive_attr_set_post_ops")
+    src_md, w_md, dst_md = desc(x), desc(w), desc(out)
+    bias_md = desc(bias) if bias is not None else None
+    status = dll.dnnl_matmul_primitive_desc_create(
+        ctypes.byref(pd), engine, src_md, w_md, bias_md, dst_md, attr
+    )
+    check(status, "dnnl_matmul_primitive_desc_create")
+    check(dll.dnnl_primitive_create(ctypes.byref(prim), pd), "dnnl_primitive_create")
+
+    def memory(md: _Handle, a: NDArray[np.float32]) -> _Handle:
+        mem = _Handle()
+        check(
+            dll.dnnl_memory_create(
+                ctypes.byref(mem), md, engine, a.ctypes.data_as(ctypes.c_void_p)
+            ),
+            "dnnl_memory_create",
+        )
+        return mem
+
+    args = [
+        (_ARG_SRC, memory(src_md, x)),
+        (_ARG_WEIGHTS, memory(w_md, w)),
+        (_ARG_DST, memory(dst_md, out)),
+    ]
+    if bias is not None and bias_md is not None:
+        args.append((_ARG_BIAS, memory(bias_md, bias)))
+    for index, b_md, b in binaries:
+        args.append((_POST_OP_BASE * (index + 1) | _ARG_SRC_1, memory(b_md, b)))
+        keep.append(b)
+    exec_args = (_ExecArg * len(args))(*(_ExecArg(a, m) for a, m in args))
+    execute = dll.dnnl_primitive_execute
+    execute.argtypes = [_Handle, _Handle, ctypes.c_int, ctypes.POINTER(_ExecArg)]
+    execute.restype = ctypes.c_int
+    run_args = (execute, dll.dnnl_stream_wait, prim, stream, len(args), exec_args)
+    return OneDnnMatmul(run_args, out, (*keep, exec_args, dll, engine, handles))
