@@ -9,6 +9,7 @@
 Each (expression, shape) is synthesized (replayed from the persistent cache when it is
 there, so a second run only times), then `morello_build.harness.pipeline_bench` times the
 kernel through ctypes beside numpy (OpenBLAS matmul, then the epilogue as numpy passes),
+BLAS sgemm then C loops (OpenBLAS, and MKL when installed),
 onnxruntime (its optimized graph of the same ops), jax.jit (XLA CPU) and oneDNN (one matmul
 primitive with the epilogue as post-ops, where the pipeline is one), one thread each,
 after checking every output against the float64 reference. A ratio is the peer's median
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes[f"{expr} {m}x{k}x{n}: {row.name}: {row.status}"] = None
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     doc = [
-        f"# Pipelines: morello vs numpy, onnxruntime, jax, oneDNN ({args.target}, {args.dtype})",
+        f"# Pipelines: morello vs numpy, BLAS + C, onnxruntime, jax, oneDNN ({args.target}, {args.dtype})",
         "",
         f"CPU: {cpu_model()}  ",
         f"Date: {now}",

@@ -43,7 +43,7 @@ from morello_build.harness.compile import (
     kernel_files,
 )
 from morello_build.harness.onednn_matmul import onednn_matmul
-from morello_build.harness.peer_registry import find_onednn
+from morello_build.harness.peer_registry import PeerLib, find_mkl, find_onednn, find_openblas
 from morello_build.harness.pipeline_reference import pipeline_inputs, pipeline_reference
 from morello_build.harness.row_peers import (
     PyImpl,
@@ -53,11 +53,13 @@ from morello_build.harness.row_peers import (
     xla_flags,
 )
 from morello_build.harness.row_reference import broadcast_operand, compare_rows
+from morello_build.harness.unfused_c import C_FLAGS, unfused_c
 from morello_build.harness.verify import kernel_compile_flags
 from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages
 from morello_build.machine.isa import host_supports
 
-__all__ = ["DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME", "UNFUSED", "PipelineBench"]
+__all__ = ["C_MKL", "C_OPENBLAS", "DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME"]
+__all__ += ["UNFUSED", "PipelineBench"]
 __all__ += ["PipelineCase", "PipelinePeer", "PipelineRow", "bench_pipeline"]
 
 MORELLO = "morello"
@@ -65,6 +67,8 @@ UNFUSED = "unfused (numpy/OpenBLAS)"
 ONNXRUNTIME = "onnxruntime"
 JAX = "jax.jit (XLA CPU)"
 ONEDNN = "oneDNN matmul + post-ops"
+C_OPENBLAS = "sgemm (OpenBLAS) + C loops"
+C_MKL = "sgemm (MKL) + C loops"
 T = TypeVar("T")
 _OPERAND_KINDS = (MATMUL, *BROADCAST_KINDS)  # the stages that read an input
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -353,8 +357,22 @@ def plan_onednn(case: PipelineCase) -> PyImpl | str:
     return PyImpl(ONEDNN, got.run, lambda: got.out)
 
 
+def _plan_c(name: str, blas: Callable[[], PeerLib]) -> Callable[[PipelineCase], PyImpl | str]:
+    def plan(case: PipelineCase) -> PyImpl | str:
+        """A BLAS sgemm per product and a C loop per epilogue (`harness.unfused_c`)."""
+        head, stages = case.walk(case.logical())
+        got = unfused_c(head, stages, blas())
+        if isinstance(got, str):
+            return got
+        return PyImpl(name, got.run, lambda: got.out)
+
+    return plan
+
+
 DEFAULT_PEERS: tuple[PipelinePeer, ...] = (
     PipelinePeer(UNFUSED, False, plan_unfused),
+    PipelinePeer(C_OPENBLAS, False, _plan_c(C_OPENBLAS, find_openblas)),
+    PipelinePeer(C_MKL, False, _plan_c(C_MKL, find_mkl)),
     PipelinePeer(ONNXRUNTIME, True, plan_onnxruntime),
     PipelinePeer(JAX, True, plan_jax),
     PipelinePeer(ONEDNN, True, plan_onednn),
@@ -506,6 +524,14 @@ def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) ->
         notes.append(f"unfused gelu_erf: 0.5 x (1 + erf(x / sqrt 2)) with {erf_f32()[1]}")
     if JAX in timed:
         notes.append(f"jax: XLA_FLAGS={xla_flags(1)!r}; matmul at Precision.HIGHEST (f32)")
+    blas = [(C_OPENBLAS, find_openblas), (C_MKL, find_mkl)]
+    libs = [f"{lib().name} {lib().version}".strip() for name, lib in blas if name in timed]
+    if libs:
+        notes.append(
+            f"C loops: one loop per run of elementwise stages (libm, vectorized by gcc with "
+            f"glibc's libmvec), built "
+            f"{' '.join(C_FLAGS[:3])}; sgemm from {', '.join(libs)}"
+        )
     if ONEDNN in timed:
         notes.append(
             f"oneDNN: {find_onednn().version}, weights in the caller's layout (no reorder)"
