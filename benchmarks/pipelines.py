@@ -3,6 +3,7 @@
     python benchmarks/pipelines.py                                   # the default MLP rows
     python benchmarks/pipelines.py --shapes 16x768x3072 --exprs 'gelu(x @ w + b)'
     python benchmarks/pipelines.py --exprs 'silu(x @ w.T + b)' --min-time 0.2 --out mlp.md
+    python benchmarks/pipelines.py --offset 16        # every array 16 bytes past a line
     python benchmarks/pipelines.py --exprs 'softmax((q @ k.T) * s) @ v' --scalars s \
         --shapes 128x64x128,512x64x512                       # attention: seq x d x seq
 
@@ -125,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated input names that are one value [1] (e.g. s in (q @ k.T) * s)",
     )
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds timed per implementation")
+    ap.add_argument(
+        "--offset",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="place every input and the kernel's output BYTES past a 64-byte boundary (0:"
+        " aligned; 16: where numpy puts large arrays) [default: wherever numpy puts them]",
+    )
     ap.add_argument("--dtype", default="f32", choices=("f32", "bf16"), help="x and w dtype")
     ap.add_argument("--no-cache", action="store_true", help="synthesize without the cache")
     ap.add_argument("--out", type=Path, help="also write the Markdown table to this file")
@@ -151,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             ).kernel
             print(f"{tag}: synthesized in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             t0 = time.perf_counter()
-            bench = bench_pipeline(kernel, min_time=args.min_time)
+            bench = bench_pipeline(kernel, min_time=args.min_time, offset=args.offset)
             print(f"{tag}: timed in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         except MorelloError as exc:
             print(f"{tag}: error: {exc}", file=sys.stderr)

@@ -358,7 +358,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         peer_isa=args.peer_isa,
         compiler=args.cc,
         one_thread=one_thread,
-        array_offset=args.offset,
+        array_offset=args.offset or 0,
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -377,7 +377,6 @@ def _bench_pipeline(args: argparse.Namespace, spec_text: str) -> int:
         ("peers", None, both),
         ("scaling", False, both),
         ("peer_isa", "kernel", both),
-        ("offset", 0, "matmul kernels"),
     ):
         if getattr(args, option) != default:
             flag = "--" + option.replace("_", "-")
@@ -385,7 +384,9 @@ def _bench_pipeline(args: argparse.Namespace, spec_text: str) -> int:
     if args.threads > 1:
         raise SpecError("a pipeline is benchmarked on one thread (its peers run on one)")
     res = _synth_kernel(args, spec_text)
-    report = bench_pipeline(res.kernel, min_time=args.min_time, compiler=args.cc)
+    report = bench_pipeline(
+        res.kernel, min_time=args.min_time, compiler=args.cc, offset=args.offset
+    )
     print(json.dumps(report.to_json(), indent=2) if args.json else report.to_table())
     return 0
 
@@ -533,12 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--offset",
         type=int,
-        default=0,
+        default=None,
         metavar="BYTES",
-        help="matmul: place every array (the kernel's and its peers') BYTES past a 64-byte"
+        help="place every array (the kernel's and its peers' inputs) BYTES past a 64-byte"
         " boundary, a multiple of 4 below 64, as callers' arrays often are: numpy puts large"
         " arrays 16 bytes past a page, so --offset 16 times what a numpy caller gets"
-        " [default: 0, aligned]",
+        " [default: matmul 0, aligned; a pipeline's arrays where numpy puts them]",
     )
     b.add_argument(
         "--peer-isa",
@@ -736,7 +737,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
     problem = apply_remote_args(args)
     if problem is not None:
         return problem
-    problem = array_offset_problem(getattr(args, "offset", 0))
+    problem = array_offset_problem(getattr(args, "offset", None) or 0)
     if problem is not None:
         return problem
     min_time = getattr(args, "min_time", 1.0)

@@ -316,3 +316,14 @@ def compare_output(
     if unwritten:
         msg += f"; {unwritten} elements non-finite (left unwritten?)"
     return False, max_abs, max_rel, msg
+
+
+def placed(values: NDArray[Any], offset: int) -> NDArray[Any]:
+    """A C-contiguous copy of `values` whose data starts `offset` bytes past a 64-byte
+    boundary (numpy's own arrays start wherever its allocator puts them: large ones 16
+    bytes past a page). The copy owns a buffer a line longer, so the offset always fits."""
+    raw = np.empty(values.nbytes + 128, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    out = raw[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out

@@ -370,7 +370,9 @@ def bench_kernel(
     if problem is not None:
         raise BenchError(problem)
     if array_offset and abi.op != "matmul":
-        raise BenchError("an array offset applies to matmul kernels only")
+        raise BenchError(
+            "an array offset applies to matmul kernels and pipelines, not to row operations"
+        )
     if abi.op in ROW_KINDS and not rows:
         raise BenchError(
             f"{abi.op} kernels have no benchmark peers yet; morello bench takes matmul and "

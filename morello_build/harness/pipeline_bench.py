@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from morello_build.codegen.abi import GeneratedKernel, OperandABI
-from morello_build.harness.arrays import decode, encode, from_physical, to_physical
+from morello_build.harness.arrays import decode, encode, from_physical, placed, to_physical
 from morello_build.harness.bench import MIN_SAMPLES, SAMPLE_SECONDS, WARMUP_SECONDS, BenchError
 from morello_build.harness.compile import (
     IsaUnavailable,
@@ -43,7 +43,13 @@ from morello_build.harness.compile import (
     kernel_files,
 )
 from morello_build.harness.onednn_matmul import onednn_matmul
-from morello_build.harness.peer_registry import PeerLib, find_mkl, find_onednn, find_openblas
+from morello_build.harness.peer_registry import (
+    PeerLib,
+    array_offset_problem,
+    find_mkl,
+    find_onednn,
+    find_openblas,
+)
 from morello_build.harness.pipeline_reference import pipeline_inputs, pipeline_reference
 from morello_build.harness.row_peers import (
     PyImpl,
@@ -130,6 +136,7 @@ class PipelineBench:
     operands: tuple[tuple[str, tuple[int, ...], str], ...]  # name, logical shape, dtype
     rows: tuple[PipelineRow, ...]
     notes: tuple[str, ...]
+    array_offset: int | None = None  # bytes past a 64-byte boundary; None: numpy's placement
 
     def row(self, name: str) -> PipelineRow:
         return next(r for r in self.rows if r.name == name)
@@ -417,10 +424,17 @@ def one_thread() -> Iterator[None]:
 
 
 def _peer_case(
-    stages: tuple[str, ...], ins: Sequence[OperandABI], out: OperandABI, values: Any
+    stages: tuple[str, ...],
+    ins: Sequence[OperandABI],
+    out: OperandABI,
+    values: Any,
+    offset: int | None,
 ) -> PipelineCase:
-    """The inputs in f32 and physical layouts; matrices 2-D with their transposition."""
+    """The inputs in f32 and physical layouts (placed at `offset`, if not None); matrices
+    2-D with their transposition."""
     phys = [to_physical(values[o.name], o.order).astype(np.float32) for o in ins]
+    if offset is not None:
+        phys = [placed(a, offset) for a in phys]
     inputs = [
         (a.reshape(a.shape[-2:]), bool(o.order) and o.order[-1] != len(o.order) - 1)
         for a, o in zip(phys, ins)  # a scalar has no dims (its buffer is one value)
@@ -436,11 +450,16 @@ def bench_pipeline(
     compiler: str | None = None,
     seed: int = 0,
     peers: Sequence[PipelinePeer] = DEFAULT_PEERS,
+    offset: int | None = None,
 ) -> PipelineBench:
     """Compile `kernel` (-O2 and its ISA, as `verify_kernel` does), check it and `peers`
     on the same seeded inputs, and time those within their bounds for about `min_time`
     seconds each. Raises `IsaUnavailable` on a host without the kernel's ISA, `BenchError`
-    when the kernel's own result is wrong."""
+    when the kernel's own result is wrong.
+
+    `offset`: every input (the kernel's and the peers') and the kernel's output start this
+    many bytes past a 64-byte boundary; None leaves them where numpy puts them, which
+    differs from run to run (docs/cli.md). Peers allocate their own outputs."""
     abi = kernel.abi
     stages = compose_stages(abi.op)
     if stages is None:
@@ -454,9 +473,14 @@ def bench_pipeline(
         abi.op, {o.name: o.shape for o in ins}, {o.name: o.dtype for o in ins}, rng
     )
     ref, bound = pipeline_reference(abi.op, values)
-    case = _peer_case(stages, ins, out, values)
+    problem = None if offset is None else array_offset_problem(offset)
+    if problem is not None:
+        raise ValueError(problem)
+    case = _peer_case(stages, ins, out, values, offset)
     bufs = [to_physical(encode(o.dtype, values[o.name]), o.order) for o in ins]
     bufs.append(np.full([out.shape[i] for i in out.order], np.nan, dtype=np.float32))
+    if offset is not None:
+        bufs = [placed(b, offset) for b in bufs]
     with tempfile.TemporaryDirectory(prefix="morello-pipeline-bench-") as tmp:
         flags = kernel_compile_flags(kernel)
         so = build_shared_library(
@@ -507,7 +531,15 @@ def bench_pipeline(
             rows.append(PipelineRow(n, fused[n], checked=checked.get(n), status=status[n]))
     operands = tuple((o.name, o.shape, o.dtype) for o in abi.operands)
     notes = _notes(abi.op, stages, [o.dtype for o in ins], timed)
-    return PipelineBench(abi.name, abi.op, abi.isa, abi.flops, operands, tuple(rows), notes)
+    where = {b.ctypes.data % 64 for b in bufs}
+    notes += (
+        f"arrays: the inputs and the kernel's output start {offset} bytes past a 64-byte "
+        "boundary (--offset)"
+        if offset is not None
+        else "arrays: where numpy put them, "
+        f"{', '.join(map(str, sorted(where)))} bytes past a 64-byte boundary (no --offset)",
+    )
+    return PipelineBench(abi.name, abi.op, abi.isa, abi.flops, operands, tuple(rows), notes, offset)
 
 
 def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) -> tuple[str, ...]:

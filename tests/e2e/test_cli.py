@@ -77,8 +77,12 @@ def morello(*args, env=None):
         (["bench", "matmul", "8x8x8", "--offset", "3"], "--offset 3: expected a multiple of 4"),
         (["bench", "matmul", "8x8x8", "--offset", "64"], "--offset 64: expected a multiple"),
         (
-            ["bench", "relu(x @ w)", "--inputs", "x=8x32,w=32x24", "--offset", "16"],
-            "--offset applies to matmul kernels, not to a pipeline",
+            ["bench", "relu(x @ w)", "--inputs", "x=8x32,w=32x24", "--offset", "6"],
+            "--offset 6: expected a multiple of 4",
+        ),
+        (
+            ["bench", "softmax", "8x32", "--offset", "16"],
+            "an array offset applies to matmul kernels and pipelines, not to row operations",
         ),
         (
             ["synth", "matmul", "8x8x8", "--schedule", "morello_build.schedules:nope"],

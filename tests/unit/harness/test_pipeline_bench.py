@@ -14,6 +14,7 @@ import pytest
 
 from morello_build.api import pipeline_spec_text, synthesize_kernel
 from morello_build.codegen.abi import GeneratedKernel
+from morello_build.harness.arrays import placed
 from morello_build.harness.bench import BenchError
 from morello_build.harness.peer_registry import find_mkl, find_onednn, find_openblas
 from morello_build.harness.pipeline_bench import (
@@ -169,3 +170,27 @@ def test_a_kernel_that_is_no_pipeline_is_refused() -> None:
     matmul = dataclasses.replace(kernel, abi=dataclasses.replace(kernel.abi, op="matmul"))
     with pytest.raises(ValueError, match="not a pipeline"):
         bench_pipeline(matmul, peers=())
+
+
+@pytest.mark.parametrize("offset", [0, 16])
+def test_arrays_can_be_placed_past_a_line_boundary(offset: int) -> None:
+    """`offset` places the kernel's buffers and the peers' inputs (numpy's own placement
+    varies from run to run); the report says where, and results are still checked."""
+    kernel = _kernel("gelu_wT")
+    unfused = (PipelinePeer(UNFUSED, False, plan_unfused),)
+    bench = bench_pipeline(kernel, min_time=FAST, peers=unfused, offset=offset)
+    assert bench.array_offset == offset and bench.to_json()["array_offset"] == offset
+    assert bench.row(MORELLO).status == "ok" and bench.row(UNFUSED).status == "ok"
+    assert f"start {offset} bytes past a 64-byte boundary (--offset)" in bench.to_table()
+    free = bench_pipeline(kernel, min_time=FAST, peers=unfused)
+    assert free.array_offset is None and "where numpy put them" in free.to_table()
+    with pytest.raises(ValueError, match="--offset 6: expected a multiple of 4"):
+        bench_pipeline(kernel, min_time=FAST, peers=(), offset=6)
+
+
+def test_placed_arrays_start_where_asked_and_keep_their_values() -> None:
+    values = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+    for offset in (0, 4, 16, 60):
+        a = placed(values, offset)
+        assert a.ctypes.data % 64 == offset and a.flags.c_contiguous
+        np.testing.assert_array_equal(a, values)
