@@ -149,6 +149,7 @@ def find_openblas() -> PeerLib:
             str(libs[0]),
             {
                 "sgemm": (f"{prefix}cblas_sgemm", "cblas_sgemm"),
+                "sgemv": (f"{prefix}cblas_sgemv", "cblas_sgemv"),
                 "sbgemm": (f"{prefix}cblas_sbgemm", "cblas_sbgemm"),
                 "set_num_threads": (
                     f"{prefix}openblas_set_num_threads",
@@ -193,6 +194,7 @@ def find_mkl() -> PeerLib:
             path,
             {
                 "sgemm": ("cblas_sgemm",),
+                "sgemv": ("cblas_sgemv",),
                 "gemm_bf16": ("cblas_gemm_bf16bf16f32",),
                 "jit_create_sgemm": ("mkl_cblas_jit_create_sgemm",),
                 "jit_get_sgemm_ptr": ("mkl_jit_get_sgemm_ptr",),

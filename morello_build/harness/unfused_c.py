@@ -1,5 +1,5 @@
-"""The unfused path a C user writes today: a BLAS sgemm per product, then one C loop per run
-of elementwise stages (the epilogue, read and written once) and one row loop per softmax.
+"""The unfused path a C user writes today: a BLAS sgemm per product (sgemv for a single row,
+as numpy calls it), then one C loop per run of elementwise stages (the epilogue, read and written once) and one row loop per softmax.
 
 A stronger baseline than numpy's one pass per operation: gelu's five numpy passes are one
 loop here. The loops call libm's `erff`, `tanhf` and `expf` and are built `-O3 -march=native
@@ -76,7 +76,7 @@ def _input(a: NDArray[np.float32], slot: int) -> _Value:
 def unfused_c_source(
     head: NDArray[np.float32], stages: Sequence[tuple[str, Any]]
 ) -> tuple[str, list[NDArray[np.float32]], list[tuple[int, int]]] | str:
-    """The C function `mb_unfused(sgemm, in, buf)` for these stages (`in`: the head, then
+    """The C function `mb_unfused(sgemm, sgemv, in, buf)` for these stages (`in`: the head, then
     each stage's operand in order; `buf`: one buffer per value it writes), the inputs, and
     the buffers' shapes; or why the stages have no C form here."""
     inputs: list[NDArray[np.float32]] = [head]
@@ -129,10 +129,18 @@ def unfused_c_source(
             buffers.append((m, n))
             out = _Value(f"buf[{len(buffers) - 1}]", (m, n), (n, 1))
             (ta, pa, lda), (tb, pb, ldb) = (a.split(", ") for a in blas_args)
-            body.append(
-                f"    sgemm({_ROW_MAJOR}, {ta}, {tb}, {m}, {n}, {k}, 1.0f, {pa}, {lda}, "
-                f"{pb}, {ldb}, 0.0f, {out.ptr}, {n});"
-            )
+            if m == 1:  # a row times a matrix is a gemv, as numpy calls it: y = w^T x
+                trans = _TRANS if tb == str(_NO_TRANS) else _NO_TRANS
+                rows, cols = (k, n) if trans == _TRANS else (n, k)
+                body.append(
+                    f"    sgemv({_ROW_MAJOR}, {trans}, {rows}, {cols}, 1.0f, {pb}, {ldb}, "
+                    f"{pa}, {cur.strides[1]}, 0.0f, {out.ptr}, 1);"
+                )
+            else:
+                body.append(
+                    f"    sgemm({_ROW_MAJOR}, {ta}, {tb}, {m}, {n}, {k}, 1.0f, {pa}, {lda}, "
+                    f"{pb}, {ldb}, 0.0f, {out.ptr}, {n});"
+                )
             cur = out
         elif kind in BROADCAST_KINDS:
             op = "+" if kind.startswith("add") else "*"
@@ -169,9 +177,14 @@ def unfused_c_source(
             "#include <math.h>",
             "typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float *, int,",
             "                        const float *, int, float, float *, int);",
-            "void mb_unfused(void *sgemm_fn, const float *const *in, float *const *buf) {",
+            "typedef void (*sgemv_t)(int, int, int, int, float, const float *, int,",
+            "                        const float *, int, float, float *, int);",
+            "void mb_unfused(void *sgemm_fn, void *sgemv_fn, const float *const *in,",
+            "                float *const *buf) {",
             "    sgemm_t sgemm = (sgemm_t)sgemm_fn;",
+            "    sgemv_t sgemv = (sgemv_t)sgemv_fn;",
             "    (void)sgemm;",
+            "    (void)sgemv;",
             *body,
             "}",
             "",
@@ -192,19 +205,23 @@ def unfused_c(
         return got
     source, inputs, shapes = got
     buffers = [np.zeros(s, dtype=np.float32) for s in shapes]
-    sgemm_name = blas.symbol("sgemm")
-    assert sgemm_name is not None
-    sgemm = ctypes.cast(getattr(ctypes.CDLL(blas.library), sgemm_name), ctypes.c_void_p)
+    dll = ctypes.CDLL(blas.library)
+    sgemm_name, sgemv_name = blas.symbol("sgemm"), blas.symbol("sgemv")
+    if sgemm_name is None or sgemv_name is None:
+        return f"{blas.library} exports no cblas_sgemm or cblas_sgemv"
+    sgemm, sgemv = (ctypes.cast(getattr(dll, n), ctypes.c_void_p) for n in (sgemm_name, sgemv_name))
     with tempfile.TemporaryDirectory(prefix="morello-unfused-c-") as tmp:
         cc, src = find_compiler(), Path(tmp) / "unfused.c"
         src.write_text(source)
         obj = compile_object(cc, src, flags=C_FLAGS)
-        # -lm after the object: libmvec (glibc's vector erff, expf, tanhf) is linked as needed.
-        so = link(cc, [obj], Path(tmp) / "libunfused.so", shared=True, flags=C_FLAGS, libs=["-lm"])
+        # Linked without -ffast-math: with it gcc adds crtfastmath.o, which sets flush-to-zero
+        # for the whole process when the library loads (the kernels' subnormals would read
+        # 0). -lm after the object: libmvec (glibc's vector erff, expf, tanhf) as needed.
+        so = link(cc, [obj], Path(tmp) / "libunfused.so", shared=True, libs=["-lm"])
         lib = ctypes.CDLL(str(so))  # never dlclose'd, like the kernels' libraries
     fn = lib.mb_unfused
-    fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 3
+    fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 4
     in_ptrs = (ctypes.c_void_p * len(inputs))(*(a.ctypes.data for a in inputs))
     buf_ptrs = (ctypes.c_void_p * len(buffers))(*(b.ctypes.data for b in buffers))
     keep = (inputs, buffers, in_ptrs, buf_ptrs, lib)
-    return UnfusedC(fn, (sgemm, in_ptrs, buf_ptrs), buffers[-1], keep)
+    return UnfusedC(fn, (sgemm, sgemv, in_ptrs, buf_ptrs), buffers[-1], keep)

@@ -329,5 +329,5 @@ def test_array_offsets_are_checked() -> None:
     for bad in (2, 64, -4):
         with pytest.raises(BenchError, match="expected a multiple of 4"):
             bench_kernel(matmul_kernel("b8", 1, 8, 8, 8), min_time=FAST, array_offset=bad)
-    with pytest.raises(BenchError, match="matmul kernels only"):
+    with pytest.raises(BenchError, match="matmul kernels and pipelines, not to row operations"):
         bench_kernel(zero_kernel("z"), peers=["naive"], min_time=FAST, array_offset=16)

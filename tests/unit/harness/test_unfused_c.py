@@ -49,6 +49,33 @@ def test_mlp_layer_is_one_sgemm_then_one_loop(transposed: bool) -> None:
 
 
 @needs_blas
+@pytest.mark.parametrize("transposed", [False, True], ids=["w", "wT"])
+def test_a_single_row_is_a_gemv_as_numpy_calls_it(transposed: bool) -> None:
+    rng = _rng()
+    x = rng.standard_normal((1, 40)).astype(f32) / 4
+    w = rng.standard_normal((40, 24)).astype(f32) / 4
+    b = rng.standard_normal(24).astype(f32)
+    wv = np.ascontiguousarray(w.T).T if transposed else w
+    stages = [("matmul", wv), ("add_row", b), ("relu", None)]
+    source, _, _ = unfused_c_source(x, stages)  # type: ignore[misc]
+    assert "sgemv(" in source and "sgemm(" not in source.split("(void)sgemv;")[1]
+    want = np.maximum(x.astype(f64) @ w + b, 0)
+    np.testing.assert_allclose(_run(x, stages), want, rtol=2e-5, atol=2e-5)
+
+
+@needs_blas
+def test_loading_the_loops_leaves_subnormals_alone() -> None:
+    """Built with -ffast-math, the library must not switch the process to flush-to-zero
+    (gcc's crtfastmath.o does that when it links with the flag): the kernels timed in the
+    same process compute subnormals."""
+    tiny = np.float32(1e-38)
+    assert tiny * np.float32(1e-3) != 0  # before
+    x = np.ones((2, 3), dtype=f32)
+    _ = unfused_c(x, [("matmul", np.ones((3, 4), dtype=f32)), ("gelu_erf", None)], _BLAS)
+    assert tiny * np.float32(1e-3) != 0
+
+
+@needs_blas
 def test_attention_is_two_sgemms_around_a_row_softmax() -> None:
     rng = _rng()
     q = rng.standard_normal((9, 16)).astype(f32)
