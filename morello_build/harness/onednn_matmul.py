@@ -12,8 +12,9 @@ reference before anything is timed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,15 +50,16 @@ class _ExecArg(ctypes.Structure):
 class OneDnnMatmul:
     """A created primitive and its arguments: `run()` computes into `out`."""
 
-    run_args: tuple[Any, ...]  # (execute, wait, primitive, stream, count, args)
+    run_args: tuple[Any, ...]  # (execute, wait, primitive, stream, count, args, library)
     out: NDArray[np.float32]
     keep: tuple[object, ...]  # arrays and handles the primitive points into
 
     def run(self) -> None:
-        execute, wait, prim, stream, count, args = self.run_args
-        if execute(prim, stream, count, args) != 0:
-            raise RuntimeError("dnnl_primitive_execute failed")
-        wait(stream)
+        execute, wait, prim, stream, count, args, dll = self.run_args
+        with _one_thread(dll):
+            if execute(prim, stream, count, args) != 0:
+                raise RuntimeError("dnnl_primitive_execute failed")
+            wait(stream)
 
 
 def _plan_post_ops(stages: Sequence[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], str]:
@@ -85,6 +87,26 @@ def _library() -> ctypes.CDLL | str:
     return dll
 
 
+@contextlib.contextmanager
+def _one_thread(dll: ctypes.CDLL) -> Iterator[None]:
+    """Run oneDNN's OpenMP runtime (when it has one) on this thread alone, as every row of
+    the table runs, whatever OMP_NUM_THREADS said when the runtime loaded, and leave the
+    process's thread count as it was. A team of threads started here would hang any child
+    this process forks to run an OpenMP kernel (`harness.verify` does): libgomp's pool does
+    not survive fork. Run alone, the runtime starts no team."""
+    get = getattr(dll, "omp_get_max_threads", None)  # dlsym searches the dependencies
+    set_threads = getattr(dll, "omp_set_num_threads", None)
+    if get is None or set_threads is None:
+        yield
+        return
+    before = get()
+    set_threads(1)
+    try:
+        yield
+    finally:
+        set_threads(before)
+
+
 def onednn_matmul(
     x: NDArray[np.float32],
     stages: Sequence[tuple[str, Any]],
@@ -107,6 +129,19 @@ def onednn_matmul(
     dll = _library()
     if isinstance(dll, str):
         return dll
+    with _one_thread(dll):
+        return _create(dll, x, w, bias, post_ops, out_shape)
+
+
+def _create(
+    dll: ctypes.CDLL,
+    x: NDArray[np.float32],
+    w: NDArray[np.float32],
+    bias: NDArray[np.float32] | None,
+    post_ops: list[tuple[str, Any]],
+    out_shape: tuple[int, int],
+) -> OneDnnMatmul:
+    """The primitive and its memory objects (`onednn_matmul`, inside `_one_thread`)."""
     out = np.zeros(out_shape, dtype=np.float32)
     keep: list[object] = [x, w, out, bias]
     handles: list[_Handle] = []  # kept with the primitive, as long as it may run
@@ -186,5 +221,5 @@ def onednn_matmul(
     execute = dll.dnnl_primitive_execute
     execute.argtypes = [_Handle, _Handle, ctypes.c_int, ctypes.POINTER(_ExecArg)]
     execute.restype = ctypes.c_int
-    run_args = (execute, dll.dnnl_stream_wait, prim, stream, len(args), exec_args)
+    run_args = (execute, dll.dnnl_stream_wait, prim, stream, len(args), exec_args, dll)
     return OneDnnMatmul(run_args, out, (*keep, exec_args, dll, engine, handles))

@@ -4,7 +4,13 @@ express refused with the reason a table prints."""
 
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -93,3 +99,48 @@ def test_pipelines_that_are_not_one_primitive_say_why() -> None:
     assert onednn_matmul(x, [("relu", None)], (M, K)) == (
         "the pipeline does not start with a product"
     )
+
+
+_PARALLEL_C = """
+#include <omp.h>
+int team_size(void) {
+    int n = 0;
+    #pragma omp parallel num_threads(2)
+    {
+        #pragma omp atomic
+        n += 1;
+    }
+    return n;
+}
+"""
+
+
+@needs_onednn
+def test_a_child_forked_afterwards_still_runs_openmp_kernels(tmp_path: Path) -> None:
+    """oneDNN's OpenMP runtime runs on one thread for the peer and keeps no team: a team
+    left in this process hangs any forked child's OpenMP region (`harness.verify` forks to
+    run kernels; two 2-thread row tests timed out at 300 s that way)."""
+    src = tmp_path / "team.c"
+    src.write_text(_PARALLEL_C)
+    lib = tmp_path / "libteam.so"
+    subprocess.run(
+        ["gcc", "-O2", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True
+    )
+    team_size = ctypes.CDLL(str(lib)).team_size
+    d = _data()
+    got = onednn_matmul(d["x"], [("matmul", d["w"]), ("gelu_erf", None)], (M, N))
+    assert not isinstance(got, str), got
+    got.run()
+    pid = os.fork()
+    if pid == 0:  # the child: exit with the size of its team
+        os._exit(team_size())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 2
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's OpenMP region hung after oneDNN ran in the parent")
