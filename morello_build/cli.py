@@ -372,15 +372,10 @@ def _bench_pipeline(args: argparse.Namespace, spec_text: str) -> int:
     from Python on one thread (harness/pipeline_bench.py)."""
     from morello_build.harness.pipeline_bench import bench_pipeline
 
-    both = "matmul and row operations"
-    for option, default, applies_to in (
-        ("peers", None, both),
-        ("scaling", False, both),
-        ("peer_isa", "kernel", both),
-    ):
+    for option, default in (("peers", None), ("scaling", False), ("peer_isa", "kernel")):
         if getattr(args, option) != default:
             flag = "--" + option.replace("_", "-")
-            raise SpecError(f"{flag} applies to {applies_to}, not to a pipeline")
+            raise SpecError(f"{flag} applies to matmul and row operations, not to a pipeline")
     if args.threads > 1:
         raise SpecError("a pipeline is benchmarked on one thread (its peers run on one)")
     res = _synth_kernel(args, spec_text)

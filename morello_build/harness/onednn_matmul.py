@@ -21,22 +21,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.harness.peer_registry import find_onednn
-from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, SCALAR_KINDS
+from morello_build.harness.peer_registry import DNNL_ALGS, DNNL_TYPES, find_onednn
+from morello_build.harness.row_reference import broadcast_operand
+from morello_build.ir.spec import BROADCAST_KINDS, MATMUL
 
 __all__ = ["OneDnnMatmul", "onednn_matmul"]
 
-_F32 = 3  # dnnl_f32
+_F32 = DNNL_TYPES["f32"]
 _ARG_SRC, _ARG_SRC_1, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 2, 17, 33, 41
 _POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE (v3)
-#: dnnl_alg_kind_t of the pipelines' activations: (alg, alpha, beta).
-_ELTWISE = {
-    "relu": (0x20, 0.0, 0.0),  # dnnl_eltwise_relu, alpha 0: max(x, 0)
-    "gelu_tanh": (0x2B, 0.0, 0.0),  # dnnl_eltwise_gelu_tanh
-    "silu": (0x2C, 1.0, 0.0),  # dnnl_eltwise_swish, alpha 1: x * sigmoid(x)
-    "gelu_erf": (0x31, 0.0, 0.0),  # dnnl_eltwise_gelu_erf
-    "exp": (0x2A, 0.0, 0.0),  # dnnl_eltwise_exp
-}
+_ACTIVATIONS = ("relu", "gelu_tanh", "silu", "gelu_erf", "exp")  # eltwise post-ops (DNNL_ALGS)
 _BINARY = {"add": 0x1FFF0, "mul": 0x1FFF1}  # dnnl_binary_add, dnnl_binary_mul
 
 _Handle = ctypes.c_void_p
@@ -66,7 +60,7 @@ def _plan_post_ops(stages: Sequence[tuple[str, Any]]) -> tuple[list[tuple[str, A
     """The stages after the product as oneDNN post-ops, or why they are not ("" if fine)."""
     ops: list[tuple[str, Any]] = []
     for kind, arg in stages:
-        if kind in _ELTWISE:
+        if kind in _ACTIVATIONS:
             ops.append(("eltwise", kind))
         elif kind in BROADCAST_KINDS:
             ops.append(("binary", (kind, arg)))
@@ -174,16 +168,14 @@ def _create(
     binaries: list[tuple[int, _Handle, NDArray[np.float32]]] = []
     for index, (op, what) in enumerate(post_ops):
         if op == "eltwise":
-            alg, alpha, beta = _ELTWISE[what]
+            alpha = 1.0 if what == "silu" else 0.0  # swish's alpha 1: x * sigmoid(x)
             status = dll.dnnl_post_ops_append_eltwise(
-                po, alg, ctypes.c_float(alpha), ctypes.c_float(beta)
+                po, DNNL_ALGS[what], ctypes.c_float(alpha), ctypes.c_float(0.0)
             )
             check(status, f"dnnl_post_ops_append_eltwise ({what})")
         else:
             kind, vec = what
-            b = np.ascontiguousarray(vec, dtype=np.float32).reshape(
-                (1, 1) if kind in SCALAR_KINDS else (1, -1) if kind.endswith("_row") else (-1, 1)
-            )
+            b = np.ascontiguousarray(broadcast_operand(kind, vec), dtype=np.float32)
             alg = _BINARY[kind.split("_")[0]]
             b_md = desc(b)
             check(dll.dnnl_post_ops_append_binary(po, alg, b_md), f"post-op binary ({kind})")

@@ -746,8 +746,8 @@ def stream_rw_source(abi: KernelABI) -> str:
 
 #: oneDNN's data types (dnnl_data_type_t) and algorithms (dnnl_alg_kind_t) by value, from
 #: its public C API: the harness declares what it calls by hand (no headers needed).
-_DNNL_TYPES = {"f32": 3, "bf16": 2}
-_DNNL_ALGS = {
+DNNL_TYPES = {"f32": 3, "bf16": 2}
+DNNL_ALGS = {
     "softmax": 0x30000,  # dnnl_softmax_accurate
     "relu": 0x20,  # dnnl_eltwise_relu (alpha 0: max(x, 0))
     "exp": 0x2A,  # dnnl_eltwise_exp
@@ -775,8 +775,8 @@ def _plan_onednn(abi: KernelABI, threads: int) -> PeerImpl | str:
     if abi.op in UNARY_KINDS and x.dtype != out.dtype:
         return f"oneDNN's eltwise takes one data type for src and dst, not {x.dtype} -> f32"
     rows, n = x.shape
-    src_t, dst_t = _DNNL_TYPES[x.dtype], _DNNL_TYPES[out.dtype]
-    alg = _DNNL_ALGS[abi.op]
+    src_t, dst_t = DNNL_TYPES[x.dtype], DNNL_TYPES[out.dtype]
+    alg = DNNL_ALGS[abi.op]
     if abi.op == SOFTMAX:
         create = f"dnnl_softmax_forward_primitive_desc_create(&pd, eng, 96, {alg}, sd, dd, 1, 0)"
     elif abi.op in ROW_REDUCTIONS:

@@ -531,14 +531,12 @@ def bench_pipeline(
             rows.append(PipelineRow(n, fused[n], checked=checked.get(n), status=status[n]))
     operands = tuple((o.name, o.shape, o.dtype) for o in abi.operands)
     notes = _notes(abi.op, stages, [o.dtype for o in ins], timed)
-    where = {b.ctypes.data % 64 for b in bufs}
-    notes += (
-        f"arrays: the inputs and the kernel's output start {offset} bytes past a 64-byte "
-        "boundary (--offset)"
-        if offset is not None
-        else "arrays: where numpy put them, "
-        f"{', '.join(map(str, sorted(where)))} bytes past a 64-byte boundary (no --offset)",
-    )
+    if offset is not None:
+        where = f"the inputs and the kernel's output start {offset} bytes past a 64-byte boundary (--offset)"
+    else:
+        starts = ", ".join(map(str, sorted({b.ctypes.data % 64 for b in bufs})))
+        where = f"where numpy put them, {starts} bytes past a 64-byte boundary (no --offset)"
+    notes += (f"arrays: {where}",)
     return PipelineBench(abi.name, abi.op, abi.isa, abi.flops, operands, tuple(rows), notes, offset)
 
 
@@ -556,13 +554,14 @@ def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) ->
         notes.append(f"unfused gelu_erf: 0.5 x (1 + erf(x / sqrt 2)) with {erf_f32()[1]}")
     if JAX in timed:
         notes.append(f"jax: XLA_FLAGS={xla_flags(1)!r}; matmul at Precision.HIGHEST (f32)")
-    blas = [(C_OPENBLAS, find_openblas), (C_MKL, find_mkl)]
-    libs = [f"{lib().name} {lib().version}".strip() for name, lib in blas if name in timed]
+    finders = {C_OPENBLAS: find_openblas, C_MKL: find_mkl}
+    blas = [finders[name]() for name in finders if name in timed]
+    libs = [f"{lib.name} {lib.version}".strip() for lib in blas]
     if libs:
         notes.append(
             f"C loops: one loop per run of elementwise stages (libm, vectorized by gcc with "
             f"glibc's libmvec), built "
-            f"{' '.join(C_FLAGS[:3])}; sgemm from {', '.join(libs)}"
+            f"{' '.join(C_FLAGS[:3])}; BLAS from {', '.join(libs)}"
         )
     if ONEDNN in timed:
         notes.append(
