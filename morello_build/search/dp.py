@@ -119,7 +119,11 @@ class Search:
         memo_get = self.memo.get
         stats = self.stats
         best: Solution | None = None
-        best_cost: Cost | None = None
+        # The best cost so far, unpacked: candidates compare as (main, peaks, depth), and
+        # most lose on main alone, so a loser never builds its Cost (docs/internals.md).
+        best_main = 0
+        best_peak: Limits = ZERO
+        best_depth = 0
         # `hi`: how far each limit may grow before the answer could change (memo_protocol.py).
         # Levels 0-1 count registers; 2-4 are memory levels with power-of-two budgets.
         h0, h1, h2, h3, h4 = self.target.max_limits
@@ -154,7 +158,11 @@ class Search:
                 )
             children = plan.children
             if not children:
-                cost = Cost(plan.const, own, 1)
+                main = plan.const
+                if best is not None and main > best_main:
+                    continue
+                peak: Limits = own
+                depth = 1
             else:
                 main = plan.const
                 p0 = p1 = p2 = p3 = p4 = 0
@@ -214,13 +222,20 @@ class Search:
                         p4 = q4
                     if c.depth > depth:
                         depth = c.depth
-                if not feasible:
+                if not feasible or (best is not None and main > best_main):
                     continue
                 peak = (p0, p1, p2, p3, p4)
-                cost = Cost(main, peak if o_zero else add_peak(own, peak), depth + 1)
-            if best_cost is None or cost < best_cost:
-                best = Solution(idx, cost)
-                best_cost = cost
+                if not o_zero:
+                    peak = add_peak(own, peak)
+                depth += 1
+            if (
+                best is not None
+                and main == best_main
+                and (peak > best_peak or (peak == best_peak and depth >= best_depth))
+            ):
+                continue  # a tie on main, lost on peaks or depth (or a full tie)
+            best_main, best_peak, best_depth = main, peak, depth
+            best = Solution(idx, Cost(main, peak, depth))
         hi = (h0, h1, h2, h3, h4)
         self.memo.put(ls, hi, best)
         stats.solved += 1
