@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -38,8 +38,10 @@ __all__ = [
     "subtract_box",
 ]
 
-IntArray = npt.NDArray[np.int32]
-Coords = Sequence[int] | npt.NDArray[np.integer]
+# Explicit aliases: the wheel's build type-checks this module for mypyc without numpy
+# installed (numpy is then Any; docs/internals.md, "Compiled search core").
+IntArray: TypeAlias = npt.NDArray[np.int32]
+Coords: TypeAlias = Sequence[int] | npt.NDArray[np.integer]
 Box = tuple[tuple[int, ...], tuple[int, ...], Value]
 #: A box whose value is an index into a caller's list of values (used by bulk inserts).
 TupleBox = tuple[tuple[int, ...], tuple[int, ...], int]
