@@ -615,13 +615,35 @@ def _decode_value(r: _Reader, mdims: int) -> Value:
     return MemoValue(Fraction(num, den), tuple(peaks), depth, action, fingerprint)
 
 
+#: What identifies one version of a page file: (device, inode, size, mtime and ctime in ns).
+#: Writers replace a page by renaming a new file over it, which changes the inode.
+Signature = tuple[int, int, int, int, int]
+
+
+def _signature(st: os.stat_result) -> Signature:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _file_signature(path: Path) -> Signature | None:
+    """The signature of the file at `path` now (None: there is no file)."""
+    try:
+        return _signature(os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        return None
+
+
 def _read_file(path: Path) -> bytes | None:
     """The file's bytes, or None if it does not exist. Refuses symlinks and huge files."""
+    return _read_signed(path)[0]
+
+
+def _read_signed(path: Path) -> tuple[bytes | None, Signature | None]:
+    """`_read_file`, and the signature of the version read (None: no file)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise PageFormatError("is a symlink") from e
@@ -632,7 +654,7 @@ def _read_file(path: Path) -> bytes | None:
             raise PageFormatError("not a regular file")
         if st.st_size > MAX_FILE_BYTES:
             raise PageFormatError(f"too large ({st.st_size} bytes)")
-        return f.read(MAX_FILE_BYTES + 1)
+        return f.read(MAX_FILE_BYTES + 1), _signature(st)
 
 
 def write_atomic(path: Path, data: bytes, fsync: bool) -> None:
@@ -709,6 +731,11 @@ class CacheStore:
         #: Pages whose disk version held an answer that failed its replay check: the next
         #: flush overwrites them instead of merging that version back in.
         self._rejected: set[tuple[str, tuple[int, ...]]] = set()
+        #: Per page file, the version whose content the in-memory page already holds (read
+        #: at load, or written by the last flush; None: there was no file). A flush merges a
+        #: page file back in only when it changed since (another process wrote it): reading
+        #: and validating it again cost a millisecond a page (docs/internals.md).
+        self._held: dict[Path, Signature | None] = {}
         #: Pages this store has written to disk (what a remote tier's push uploads).
         self.written: set[tuple[str, tuple[int, ...]]] = set()
         #: More versions of pages, merged into each page as it loads (the remote tier's
@@ -815,14 +842,16 @@ class CacheStore:
     def _read_page(self, path: Path, key: str, pp: tuple[int, ...], d: int) -> Page | None:
         """The validated page at ``path``, or None (missing or bad; bad ones warn once)."""
         try:
-            data = _read_file(path)
+            data, signature = _read_signed(path)
             if data is None:
                 self._warned.discard(str(path))
+                self._held[path] = None
                 return None
             pf = decode_page(data)
             problem = self._elsewhere(pf, key, pp, d)
             if problem is not None:
                 raise PageFormatError(problem)
+            self._held[path] = signature
             return pf.page
         except PageFormatError as e:
             self._warn(path, str(e))
@@ -915,12 +944,19 @@ class CacheStore:
         page = self.table.page(key, pp)
         assert page is not None
         path = keydir / _page_file_name(pp)
-        disk = None if (key, pp) in self._rejected else self._read_page(path, key, pp, page.d)
+        if (key, pp) in self._rejected:
+            disk = None
+        elif path in self._held and _file_signature(path) == self._held[path]:
+            disk = None  # the file is the version this page was loaded from or written as
+        else:
+            disk = self._read_page(path, key, pp, page.d)
         self._rejected.discard((key, pp))
         if disk is not None and page.fill_from(disk):
             self.table.invalidate_cache()  # other processes' results changed our page
         data = encode_page(self.schema, self.target, key, pp, page, self.memory_dims, self.block)
         write_atomic(path, data, self.fsync)
+        # Writers hold the table's lock, so the file renamed into place is still ours.
+        self._held[path] = _file_signature(path)
         self._warned.discard(str(path))
 
     def close(self) -> None:

@@ -218,6 +218,35 @@ def test_damaged_page_warns_once_reads_empty_and_is_repaired(
         assert again.get(KEY, (4, 1, 2, 3, 4, 10, 20)) == V1
 
 
+def test_a_flush_merges_what_another_writer_stored_after_this_store_loaded(
+    tmp_path: Path,
+) -> None:
+    # A flush skips re-reading a page file it already holds (same version as at load or
+    # its own last write), so it must still notice every version another store wrote.
+    root = tmp_path / "c"
+    a = CacheStore(SCHEMA, TARGET, root=root)
+    b = CacheStore(SCHEMA, TARGET, root=root)
+    # Both load the (absent) page; b writes first, then a: a's file must hold both.
+    assert a.get(KEY, (2, 1, 2, 1, 1, 1, 1)) is None
+    assert b.get(KEY, (2, 1, 2, 1, 1, 1, 1)) is None
+    b.put(KEY, (2, 1, 2, 0, 0, 0, 0), (2, 1, 2, 1, 1, 1, 1), V2)
+    assert b.flush() == 1
+    a.put(KEY, (3, 1, 2, 0, 0, 0, 0), (3, 1, 2, 1, 1, 1, 1), V1)
+    assert a.flush() == 1
+    # b, holding its own last write, rewrites after a changed the file: nothing is lost.
+    b.put(KEY, (4, 1, 2, 0, 0, 0, 0), (4, 1, 2, 1, 1, 1, 1), V1)
+    assert b.flush() == 1
+    # b flushes again a page file it wrote last (unchanged since): its page already holds
+    # everything, and a's answers stay.
+    b.put(KEY, (4, 1, 2, 2, 2, 2, 2), (4, 1, 2, 2, 2, 2, 2), V1)
+    assert b.flush() == 1
+    fresh = CacheStore(SCHEMA, TARGET, root=root)
+    assert fresh.get(KEY, (2, 1, 2, 1, 1, 1, 1)) == V2
+    assert fresh.get(KEY, (3, 1, 2, 1, 1, 1, 1)) == V1
+    assert fresh.get(KEY, (4, 1, 2, 1, 1, 1, 1)) == V1
+    assert fresh.get(KEY, (4, 1, 2, 2, 2, 2, 2)) == V1
+
+
 def test_reading_a_bad_page_is_enough_for_the_next_flush_to_repair_it(tmp_path: Path) -> None:
     root = tmp_path / "c"
     s = CacheStore(SCHEMA, TARGET, root=root)
