@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.harness.peer_registry import DNNL_ALGS, DNNL_TYPES, find_onednn
+from morello_build.harness.peer_registry import (
+    DNNL_ALGS,
+    DNNL_TYPES,
+    dnnl_eltwise_alpha,
+    find_onednn,
+)
 from morello_build.harness.row_reference import broadcast_operand
 from morello_build.ir.spec import BROADCAST_KINDS, MATMUL
 
@@ -168,9 +173,9 @@ def _create(
     binaries: list[tuple[int, _Handle, NDArray[np.float32]]] = []
     for index, (op, what) in enumerate(post_ops):
         if op == "eltwise":
-            alpha = 1.0 if what == "silu" else 0.0  # swish's alpha 1: x * sigmoid(x)
+            alpha = ctypes.c_float(dnnl_eltwise_alpha(what))
             status = dll.dnnl_post_ops_append_eltwise(
-                po, DNNL_ALGS[what], ctypes.c_float(alpha), ctypes.c_float(0.0)
+                po, DNNL_ALGS[what], alpha, ctypes.c_float(0.0)
             )
             check(status, f"dnnl_post_ops_append_eltwise ({what})")
         else:

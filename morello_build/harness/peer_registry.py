@@ -759,6 +759,12 @@ DNNL_ALGS = {
 }
 
 
+def dnnl_eltwise_alpha(op: str) -> float:
+    """The alpha an activation's eltwise algorithm takes: swish's 1 makes it silu,
+    x * sigmoid(x); relu's 0 makes it max(x, 0); the others ignore it."""
+    return 1.0 if op == "silu" else 0.0
+
+
 def _plan_onednn(abi: KernelABI, threads: int) -> PeerImpl | str:
     """oneDNN's softmax (axis 1), eltwise or reduction (to [rows, 1]) primitive on the
     harness buffers, created in
@@ -784,7 +790,7 @@ def _plan_onednn(abi: KernelABI, threads: int) -> PeerImpl | str:
     else:
         create = (
             f"dnnl_eltwise_forward_primitive_desc_create(&pd, eng, 96, {alg}, sd, dd, "
-            f"{'1.0f' if abi.op == 'silu' else '0.0f'}, 0.0f, 0)"
+            f"{dnnl_eltwise_alpha(abi.op)}f, 0.0f, 0)"
         )
     return PeerImpl(
         ONEDNN,

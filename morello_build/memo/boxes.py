@@ -564,6 +564,22 @@ def coalesce(boxes: list[TupleBox], order: Sequence[int] | None = None) -> list[
     return result
 
 
+#: Up to this many boxes, `find_overlap` compares every pair in plain Python: most pages
+#: hold a handful of boxes, and the numpy path's dozens of calls cost more than the pairs.
+SMALL_OVERLAP_CHECK = 48
+
+
+def _find_overlap_small(
+    lo: list[tuple[int, ...]], hi: list[tuple[int, ...]]
+) -> tuple[int, int] | None:
+    """`find_overlap` for a few boxes: the first pair (i < j) in order that overlaps."""
+    for i in range(len(lo)):
+        for j in range(i + 1, len(lo)):
+            if not _disjoint(lo[i], hi[i], lo[j], hi[j]):
+                return i, j
+    return None
+
+
 def find_overlap(
     lo: npt.NDArray[np.integer],
     hi: npt.NDArray[np.integer],
@@ -582,7 +598,7 @@ def find_overlap(
     if n < 2:
         return None
     if n <= (SMALL_OVERLAP_CHECK if small is None else small):
-        return _find_overlap_small(lo.tolist(), hi.tolist())
+        return _find_overlap_small(list(map(tuple, lo.tolist())), list(map(tuple, hi.tolist())))
     lo = np.asarray(lo, dtype=np.int64)
     hi = np.asarray(hi, dtype=np.int64)
     # Most selective dims first: those where the boxes' extents vary the most.
@@ -604,26 +620,6 @@ def find_overlap(
             ii, jj = ii[keep], jj[keep]
         if ii.size:
             return int(ii[0]), int(jj[0])
-    return None
-
-
-#: Up to this many boxes, `find_overlap` compares every pair in plain Python: most pages
-#: hold a handful of boxes, and the numpy path's dozens of calls cost more than the pairs.
-SMALL_OVERLAP_CHECK = 48
-
-
-def _find_overlap_small(lo: list[list[int]], hi: list[list[int]]) -> tuple[int, int] | None:
-    """`find_overlap` for a few boxes: the first pair (i < j) in order that overlaps."""
-    n = len(lo)
-    for i in range(n):
-        a_lo, a_hi = lo[i], hi[i]
-        for j in range(i + 1, n):
-            b_lo, b_hi = lo[j], hi[j]
-            for x, y, u, w in zip(a_lo, a_hi, b_lo, b_hi):
-                if w < x or y < u:
-                    break  # apart in this dim
-            else:
-                return i, j
     return None
 
 
