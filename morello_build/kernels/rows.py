@@ -249,7 +249,9 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
         + (
             _masked_block(
                 ctx,
-                f"        const {vt} v1 = {_mload(vt, 'x + i', '-__builtin_inff()')};\n"
+                lanes,
+                dtype,
+                f"        const {vt} v1 = {_mload(ctx, lanes, dtype, 'x + i', '-__builtin_inff()')};\n"
                 f"        a1 = {vm(ctx, lanes, 'a1', 'v1')};\n"
                 f"        {_nan_record(lanes, 'v1', 'v1')};\n",
             )
@@ -453,59 +455,92 @@ def _scalar_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype)
 
 # ---- masked remainders -----------------------------------------------------------------
 #
-# The last n % 8 values of an f32 row on AVX2 go through the vector code once more with
-# masked loads and stores (vmaskmovps), as the matmul kernels' edges do, instead of a scalar
-# loop of up to 7 exps. The block sets i = n, so the scalar tail after it runs only where the
-# guard is false (or for bf16 rows: AVX2 has no masked load of 16-bit lanes). Masked-off
-# lanes compute on zeros (or -inf for a max) and are neither stored nor summed. AVX-512
-# rows keep the scalar remainder: a k-mask form was written but could not be run on the
-# machines of this work (no AVX-512; docs/softmax.md, "Kernels").
+# The last values of a row that is not a whole number of vectors go through the vector code
+# once more with masked loads and stores, as the matmul kernels' edges do, instead of a
+# scalar loop of up to 15 exps. On AVX2 that is vmaskmovps (f32 rows only: AVX2 has no
+# masked load of 16-bit lanes); on AVX-512 a k-mask, for f32 and bf16 rows (a bf16 row's
+# masked vpmovzxwd load needs AVX512BW+VL, which the avx512 target has). The block sets
+# i = n, so the scalar tail after it runs only where the guard is false. Masked-off lanes
+# compute on zeros (or -inf for a max) and are neither stored nor summed.
 
 
 def _masked(lanes: int, dtype: Dtype) -> bool:
-    return dtype == F32 and lanes == 8
+    return lanes == 16 or (lanes == 8 and dtype == F32)
 
 
-def _masked_block(ctx: Ctx, body: str) -> str:
-    """`body` (C using the AVX2 lane mask `k`) for the remainder at i, under the ISA guard."""
+def _masked_block(ctx: Ctx, lanes: int, dtype: Dtype, body: str) -> str:
+    """`body` (C using the lane mask `k`) for the remainder at i, under the ISA guard."""
     ctx.includes.add("immintrin.h")
+    if lanes == 16:
+        guard = "defined(__AVX512F__)"
+        if dtype == BF16:
+            guard += " && defined(__AVX512BW__) && defined(__AVX512VL__)"
+        mask = "        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);\n"
+    else:
+        guard = "defined(__AVX2__)"
+        mask = (
+            "        const __m256i k = _mm256_cmpgt_epi32(\n"
+            "            _mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
+        )
     return (
-        "#if defined(__AVX2__)\n"
+        f"#if {guard}\n"
         "    if (i < n) {  /* the remainder, masked */\n"
-        "        const __m256i k = _mm256_cmpgt_epi32(\n"
-        "            _mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));\n"
-        f"{body}"
+        f"{mask}{body}"
         "        i = n;\n"
         "    }\n"
         "#endif\n"
     )
 
 
-def _mload(vt: str, ptr: str, fill: str | None = None) -> str:
-    """A masked load of `ptr` (masked-off lanes 0, or `fill`)."""
+def _mload(ctx: Ctx, lanes: int, dtype: Dtype, ptr: str, fill: str | None = None) -> str:
+    """A masked load of `ptr` as f32 (bf16 widened; masked-off lanes 0, or `fill`)."""
+    vt = _vt(ctx, lanes)
+    if lanes == 16:
+        if dtype == BF16:
+            v = widen(ctx, f"_mm256_maskz_loadu_epi16(k, {ptr})", 16)
+        else:
+            v = f"_mm512_maskz_loadu_ps(k, {ptr})"
+        if fill is not None:
+            v = f"_mm512_mask_mov_ps(_mm512_set1_ps({fill}), k, (__m512)({v}))"
+        return f"({vt}){v}"
     v = f"_mm256_maskload_ps({ptr}, k)"
     if fill is not None:
         v = f"_mm256_blendv_ps(_mm256_set1_ps({fill}), {v}, _mm256_castsi256_ps(k))"
     return f"({vt}){v}"
 
 
-def _mstore(ptr: str, v: str) -> str:
+def _mstore(lanes: int, ptr: str, v: str) -> str:
+    if lanes == 16:
+        return f"        _mm512_mask_storeu_ps({ptr}, k, (__m512)({v}));\n"
     return f"        _mm256_maskstore_ps({ptr}, k, (__m256)({v}));\n"
 
 
-def _mzero(vt: str, v: str) -> str:
+def _mzero(ctx: Ctx, lanes: int, v: str) -> str:
     """`v` with its masked-off lanes zeroed (before it is summed)."""
+    vt = _vt(ctx, lanes)
+    if lanes == 16:
+        return f"({vt})_mm512_maskz_mov_ps(k, (__m512)({v}))"
     return f"({vt})_mm256_and_ps((__m256)({v}), _mm256_castsi256_ps(k))"
 
 
-def _elementwise_tail(ctx: Ctx, lanes: int, dtype: Dtype, expr: str, loads: dict[str, str]) -> str:
+def _elementwise_tail(
+    ctx: Ctx, lanes: int, dtype: Dtype, expr: str, loads: dict[str, tuple[str, Dtype]]
+) -> str:
     """Masked remainder of an elementwise row function: each name in `loads` (a C
-    variable in `expr`) is a masked load of its pointer; `out` gets the result."""
+    variable in `expr`) is a masked load of its (pointer, dtype); `out` gets the result.
+    `dtype` is the row's input dtype (it decides whether the remainder is masked)."""
     if not _masked(lanes, dtype):
         return ""
     vt = _vt(ctx, lanes)
-    body = "".join(f"        const {vt} {v} = {_mload(vt, p)};\n" for v, p in loads.items())
-    return _masked_block(ctx, body + f"        const {vt} e = {expr};\n" + _mstore("out + i", "e"))
+    body = "".join(
+        f"        const {vt} {v} = {_mload(ctx, lanes, dt, p)};\n" for v, (p, dt) in loads.items()
+    )
+    return _masked_block(
+        ctx,
+        lanes,
+        dtype,
+        body + f"        const {vt} e = {expr};\n" + _mstore(lanes, "out + i", "e"),
+    )
 
 
 #: Broadcasts that add; and those whose b is one value for the row (this row's entry of a
@@ -532,7 +567,9 @@ def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, 
     ld = _loader(ctx, dtype, lanes)
     vb = "vb" if col else f"{_loader(ctx, F32, lanes)}(b + i)"
     splat = f"    const {vt} vb = ({vt}){{0}} + b;\n" if col else ""
-    loads = {"mx": "x + i"} if col else {"mx": "x + i", "mb": "b + i"}
+    loads = {"mx": ("x + i", dtype)}
+    if not col:
+        loads["mb"] = ("b + i", F32)
     masked = _elementwise_tail(ctx, lanes, dtype, f"mx {sym} {'vb' if col else 'mb'}", loads)
     return (
         head
@@ -650,7 +687,9 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
             f"        a0 += {ld}(x + i);\n"
             + (
-                _masked_block(ctx, f"        a1 += {_mload(vt, 'x + i')};\n")
+                _masked_block(
+                    ctx, lanes, dtype, f"        a1 += {_mload(ctx, lanes, dtype, 'x + i')};\n"
+                )
                 if _masked(lanes, dtype)
                 else ""
             )
@@ -671,7 +710,7 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"        const {vt} e = {ld}(out + i) * vf;\n"
             "        memcpy(out + i, &e, sizeof e);\n"
             "    }\n"
-            + _elementwise_tail(ctx, lanes, F32, "mo * vf", {"mo": "out + i"})
+            + _elementwise_tail(ctx, lanes, F32, "mo * vf", {"mo": ("out + i", F32)})
             + "    for (; i < n; i++)\n"
             "        out[i] *= f;\n"
             "}\n"
@@ -706,12 +745,14 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
         unrolled = prefetch + "".join(one(j, f"i + {j * lanes}") for j in range(ROW_ACCUMULATORS))
         masked = ""
         if _masked(lanes, dtype):
-            loaded = _mload(vt, "x + i")
-            e = _mzero(vt, f"{vex}({loaded} - vm)")
+            loaded = _mload(ctx, lanes, dtype, "x + i")
+            e = _mzero(ctx, lanes, f"{vex}({loaded} - vm)")
             masked = _masked_block(
                 ctx,
+                lanes,
+                dtype,
                 f"        const {vt} e = {e};\n"
-                + (_mstore("out + i", "e") if store else "")
+                + (_mstore(lanes, "out + i", "e") if store else "")
                 + "        a1 += e;\n",
             )
         tail = (
@@ -746,7 +787,7 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             f"        const {vt} e = {vex}({ld}(x + i) - vm) * vr;\n"
             "        memcpy(out + i, &e, sizeof e);\n"
             "    }\n"
-            + _elementwise_tail(ctx, lanes, dtype, f"{vex}(mx - vm) * vr", {"mx": "x + i"})
+            + _elementwise_tail(ctx, lanes, dtype, f"{vex}(mx - vm) * vr", {"mx": ("x + i", dtype)})
             + "    for (; i < n; i++)\n"
             f"        out[i] = {sex}({sx} - m) * r;\n"
             "}\n"
@@ -773,7 +814,7 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
         f"        const {vt} e = {vbody};\n"
         "        memcpy(out + i, &e, sizeof e);\n"
         "    }\n"
-        + _elementwise_tail(ctx, lanes, dtype, vbody, {"v": "x + i"})
+        + _elementwise_tail(ctx, lanes, dtype, vbody, {"v": ("x + i", dtype)})
         + "    for (; i < n; i++) {\n"
         f"        const float v = {sx};\n"
         f"        out[i] = {sbody};\n"
