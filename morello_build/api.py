@@ -108,21 +108,17 @@ def pipeline_spec_text(
 ) -> str:
     """Text of the pipeline Spec `expr` computes (e.g. ``gelu(x @ w + b)``, `ir.expr`) over
     `inputs` (name -> shape) in main memory. The kernel's arguments are the inputs in the
-    order given, then the output; `dtype="bf16"` makes the matrix product's (or the first
-    stage's) matrix inputs bf16 (vectors and the output stay f32)."""
+    order given, then the output; `dtype="bf16"` makes every matrix input bf16, or the
+    first stage's x without a product (vectors and the output stay f32; a later product
+    multiplies the f32 running value by its bf16 matrix, widened as it is read)."""
     if dtype not in ("f32", "bf16"):
         raise SpecError(f"unsupported pipeline dtype {dtype!r}; expected f32 or bf16")
     chain = parse_chain(expr, inputs)
     stages = [stage.kind for stage in chain.stages]
     if chain.head[0] == MATMUL:
         stages.insert(0, MATMUL)
-    later_products = stages[1:].count(MATMUL)
-    if dtype == "bf16" and later_products:
-        raise SpecError(
-            f"{expr!r}: with bf16 inputs a pipeline may have one matrix product (the next "
-            "would multiply the f32 result by a bf16 matrix, which no kernel does)"
-        )
     rows = chain.shape[0]
+    matrices = chain.matrices()  # `dtype` is theirs; a later product widens a bf16 one
     if chain.head[0] == MATMUL:
         operands = list(chain.head[1:])
         dims = [rows, inputs[chain.head[1]][1]]
@@ -137,7 +133,7 @@ def pipeline_spec_text(
     for stage in chain.stages:
         if stage.operand is not None:
             operands.append(stage.operand)
-            texts.append("f32:GL:row")
+            texts.append(f"{dtype if stage.operand in matrices else 'f32'}:GL:row")
         if stage.kind == MATMUL:
             assert stage.operand is not None
             dims.append(inputs[stage.operand][1])

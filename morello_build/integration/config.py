@@ -43,7 +43,6 @@ from morello_build.integration.config_model import (
     missing_text,
     model_keys,
     only_with_problem,
-    pipeline_matrices,
     row_operand_shapes,
     row_params,
     toml_repr,
@@ -522,7 +521,7 @@ def decl_operands(decl: KernelDecl) -> tuple[OperandABI, ...]:
     """
     if decl.expr is not None:
         chain = decl.chain()
-        matrices = pipeline_matrices(chain)
+        matrices = chain.matrices()
         operands = [
             OperandABI(
                 name=name,

@@ -291,12 +291,6 @@ def pipeline_operands(chain: Chain) -> tuple[str, ...]:
     return (*chain.head[1:], *(s.operand for s in chain.stages if s.operand is not None))
 
 
-def pipeline_matrices(chain: Chain) -> tuple[str, ...]:
-    """The inputs `dtype` applies to: the (first) matrix product's two, or the first
-    stage's one (every other input and out are f32, as `api.pipeline_spec_text` says)."""
-    return tuple(chain.head[1:])
-
-
 def _single_op_hint(chain: Chain, inputs: Mapping[str, tuple[int, ...]]) -> str:
     """How to declare the one operation `chain` is, with `op` and `shape`."""
     rows, n = chain.shape
@@ -346,7 +340,7 @@ def _pipeline_problem(values: Mapping[str, Any]) -> Problem:
             "a single operation is not a pipeline; declare it without expr and inputs: "
             + _single_op_hint(chain, inputs),
         )
-    matrices = pipeline_matrices(chain)
+    matrices = chain.matrices()
     in_bytes = 2 if values["dtype"] == "bf16" else 4
     shapes = [inputs[name] for name in order] + [chain.shape]
     sizes = [in_bytes if name in matrices else 4 for name in order] + [4]

@@ -88,6 +88,12 @@ class Chain:
     shape: tuple[int, int]
     inputs: tuple[str, ...]
 
+    def matrices(self) -> tuple[str, ...]:
+        """The inputs a pipeline's `dtype` applies to: the head's (a product's two, or the
+        first stage's x) and every later product's matrix; vectors and scalars stay f32."""
+        later = (s.operand for s in self.stages if s.kind == MATMUL and s.operand is not None)
+        return (*self.head[1:], *later)
+
 
 class _Tok(NamedTuple):
     kind: str  # "num", "name", "t" (.T), "end", or the operator character itself

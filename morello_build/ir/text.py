@@ -39,6 +39,9 @@ _NAMES = {
 MATMUL_DTYPES: tuple[tuple[Dtype, Dtype, Dtype], ...] = (
     (Dtype.F32, Dtype.F32, Dtype.F32),
     (Dtype.BF16, Dtype.BF16, Dtype.F32),
+    # an f32 value times a bf16 matrix (a pipeline's later product): the search widens
+    # the matrix as it moves it, then runs an f32 kernel
+    (Dtype.F32, Dtype.BF16, Dtype.F32),
 )
 
 _VECTOR_BYTES = (16, 32, 64)
@@ -226,12 +229,16 @@ def parse_spec(text: str) -> sp.LogicalSpec:
     return sp.canonical(kind, accum, shape, operands, serial)
 
 
+def _dtypes_text(dts: tuple[Dtype, ...]) -> str:
+    return " x ".join(d.value for d in dts[:2]) + " -> " + dts[2].value
+
+
 def _check_dtypes(kind: str, name: str, operands: tuple[TensorSpec, ...]) -> None:
     dts = tuple(o.dtype for o in operands)
     if kind == sp.MATMUL and dts not in MATMUL_DTYPES:
-        got = " x ".join(d.value for d in dts[:2]) + " -> " + dts[2].value
         raise SpecError(
-            f"{name}: unsupported dtypes {got}; supported: f32 x f32 -> f32, bf16 x bf16 -> f32"
+            f"{name}: unsupported dtypes {_dtypes_text(dts)}; supported: "
+            + ", ".join(_dtypes_text(d) for d in MATMUL_DTYPES)
         )
     if kind == sp.MOVE and dts[0] != dts[1] and dts != (Dtype.BF16, Dtype.F32):
         raise SpecError(f"{name}: cannot move {dts[0]} to {dts[1]} (only bf16 -> f32 widens)")
@@ -242,6 +249,9 @@ def _check_dtypes(kind: str, name: str, operands: tuple[TensorSpec, ...]) -> Non
             raise SpecError(f"{name}: operand x must be f32 or bf16, got {dts[0].value}")
         start = 2 if kind.startswith(sp.MATMUL) else 1
         for n, d in zip(sp.param_names(kind)[start:], dts[start:]):
+            # a later product's matrix may be bf16: the running f32 value times it widens it
+            if n.startswith("rhs") and d == Dtype.BF16:
+                continue
             if d != Dtype.F32:
                 raise SpecError(f"{name}: operand {n} must be f32, got {d.value}")
         return

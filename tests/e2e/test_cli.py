@@ -62,10 +62,6 @@ def morello(*args, env=None):
             "expr col 1: constants are not supported; declare the value as an input of shape [1]",
         ),
         (
-            ["synth", "x @ w @ v", "--inputs", "x=8x32,w=32x24,v=24x8", "--dtype", "bf16"],
-            "with bf16 inputs a pipeline may have one matrix product",
-        ),
-        (
             ["synth", "relu(x @ w)", "--inputs", "x=8x32,w=32x24", "--layout-b", "col"],
             "do not apply to a pipeline (write w.T)",
         ),

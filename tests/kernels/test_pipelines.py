@@ -14,6 +14,7 @@ from morello_build.impl.nodes import Loop, Staged
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import host_supports
 from morello_build.search.coords import locate, spec_at
+from tests.support.compilers import verify_with_each_compiler
 
 needs_avx2 = pytest.mark.skipif(not host_supports("avx2"), reason="host lacks avx2")
 
@@ -23,6 +24,7 @@ def _text(name: str, shape: str, *operands: str) -> str:
 
 
 F = "f32:GL:row"
+B = "bf16:GL:row"
 MLP = _text("Matmul,AddRow,GeluErf", "1x16x32x48", F, F, F, F)
 
 
@@ -73,6 +75,14 @@ PIPELINES = [
     _text("AddScalar,Relu", "5x19", F, F, F),
 ]
 
+#: bf16 matrices everywhere, later products included: the running f32 value times a bf16
+#: matrix (f32 x bf16 -> f32, the matrix widened as it is moved).
+BF16_PIPELINES = [
+    _text("Matmul,MulScalar,Softmax,Matmul", "1x16x32x64x24", B, "bf16:GL:col", F, B, F),
+    _text("Matmul,AddRow,Relu,Matmul", "1x7x32x24x10", B, B, F, B, F),
+    _text("Matmul,Matmul", "1x9x16x20x12", B, B, B, F),
+]
+
 
 @needs_avx2
 @pytest.mark.parametrize("text", PIPELINES)
@@ -81,6 +91,23 @@ def test_pipelines_compile_run_and_match_numpy(text: str) -> None:
     v = verify_kernel(result.kernel)
     assert v.ok, v.details
     assert v.of_bound and v.max_rel_err <= 1.0
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "amx"])
+@pytest.mark.parametrize("text", BF16_PIPELINES)
+def test_later_products_read_their_bf16_matrices(text: str, isa: str) -> None:
+    """A bf16 attention core or chain, on each vector ISA (AMX: the head on tiles)."""
+    kernel = synthesize_kernel(text, name="fused", target=isa, use_cache=False).kernel
+    assert [o.dtype for o in kernel.abi.operands].count("bf16") == 3
+    verify_with_each_compiler(kernel, f"{text} on {isa}")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_an_f32_by_bf16_matmul_matches_numpy(isa: str) -> None:
+    """The later product on its own, odd sizes (remainder tiles of the widened matrix)."""
+    text = "Matmul(1x33x20x37, f32:GL:row, bf16:GL:row, f32:GL:row)"
+    kernel = synthesize_kernel(text, name="mixed", target=isa, use_cache=False).kernel
+    verify_with_each_compiler(kernel, f"f32 x bf16 on {isa}")
 
 
 @pytest.mark.parametrize("text", [PIPELINES[1], PIPELINES[4], PIPELINES[-1]])

@@ -225,9 +225,9 @@ MALFORMED = [
     ("Matmul(1x2x2x2, f32:GL:row, f32:GL:bad, f32:GL:row)", "Matmul operand rhs: unknown layout"),
     # Dtype combinations.
     (
-        "Matmul(1x2x2x2, f32:GL:row, bf16:GL:row, f32:GL:row)",
-        "Matmul: unsupported dtypes f32 x bf16 -> f32; supported: f32 x f32 -> f32, "
-        "bf16 x bf16 -> f32",
+        "Matmul(1x2x2x2, bf16:GL:row, f32:GL:row, f32:GL:row)",
+        "Matmul: unsupported dtypes bf16 x f32 -> f32; supported: f32 x f32 -> f32, "
+        "bf16 x bf16 -> f32, f32 x bf16 -> f32",
     ),
     (
         "Matmul(1x2x2x2, bf16:GL:row, bf16:GL:row, bf16:GL:row)",
