@@ -67,7 +67,7 @@ class KernelABI:
     accumulate: bool  # matmul: out += lhs @ rhs instead of out = lhs @ rhs
     isa: str  # "x86-64" | "avx2" | "avx512": what the CPU must support
     flops: int  # 2*b*m*k*n for matmul, 0 otherwise
-    workspace_bytes: int = 0  # heap scratch the kernel allocates per call (documented)
+    workspace_bytes: int = 0  # heap scratch the kernel takes and keeps for the next call
 
     def prototype(self) -> str:
         params = ", ".join(o.c_param() for o in self.operands)

@@ -72,6 +72,23 @@ HELPERS: dict[str, str] = {
         "    [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16, [55] = 16,\n"
         "};\n"
     ),
+    # heap scratch a kernel keeps between calls (`Ctx.add_workspace`)
+    "workspace": (
+        "/* Heap scratch kept between calls: a call takes the buffer parked in its slot (or\n"
+        " * allocates one) and parks it again when done, freeing whatever a concurrent call\n"
+        " * parked meanwhile. Repeated calls reuse memory that is already mapped instead of\n"
+        " * faulting in a fresh block each time; calls running at once each get their own. */\n"
+        "static inline void *mb_ws_take(void **slot, size_t nbytes) {\n"
+        "    void *p = __atomic_exchange_n(slot, (void *)0, __ATOMIC_ACQ_REL);\n"
+        "    if (p == 0 && posix_memalign(&p, 64, nbytes) != 0)\n"
+        "        abort();\n"
+        "    return p;\n"
+        "}\n"
+        "\n"
+        "static inline void mb_ws_park(void **slot, void *p) {\n"
+        "    free(__atomic_exchange_n(slot, p, __ATOMIC_ACQ_REL));\n"
+        "}\n"
+    ),
 }
 
 #: Per-thread state a kernel needs set up before it runs and torn down after:
@@ -175,31 +192,33 @@ class Ctx:
             target.append(name)
 
     def add_workspace(self, ctype: str, name: str, nbytes: int) -> None:
-        """Declare heap scratch `name`, allocated once where the code's thread starts.
+        """Declare heap scratch `name`, taken once where the code's thread starts.
 
-        The allocation goes to the function prologue (or, inside a parallel loop, the top
-        of its body) and the `free` to the matching end, not around the Alloc: a buffer
-        inside a loop would otherwise be allocated and freed every iteration, and a block
-        that large comes from mmap, so each iteration pays page faults on first touch and
-        the unmap (avx2 512^3 with 2 threads, one harness run: 0.966-0.973 of MKL
-        allocating per k block, 0.977-0.987 allocating once per thread).
+        The buffer is taken in the function prologue (or, inside a parallel loop, the top
+        of its body) and parked at the matching end, not around the Alloc: a buffer
+        inside a loop would otherwise be allocated and freed every iteration (avx2 512^3
+        with 2 threads, one harness run: 0.966-0.973 of MKL allocating per k block,
+        0.977-0.987 allocating once per thread). Parked, not freed: a block that large
+        comes from mmap, and freeing it made every call fault it in again (the attention
+        core at seq 2048: 8-12k page faults and about 8 ms per call; docs/internals.md,
+        "Workspaces").
         """
         self.includes.add("stdlib.h")
+        self.use_helper("workspace")
         self.workspace_bytes += nbytes
         self.workspaces[-1].append((ctype, name, nbytes))
 
     @staticmethod
     def workspace_lines(items: list[tuple[str, str, int]]) -> tuple[list[str], list[str]]:
-        """(allocation, release) statements of these workspaces."""
+        """(take, park) statements of these workspaces: each has a static slot that keeps
+        its buffer between calls (the `workspace` helper)."""
         pro: list[str] = []
         for ctype, name, nbytes in items:
             pro += [
-                f"{ctype} *{name};  /* {nbytes}-byte workspace: too big for the stack */",
-                f"if (posix_memalign((void **)&{name}, 64, {nbytes}) != 0) {{",
-                "    abort();",
-                "}",
+                f"static void *{name}_slot;  /* {nbytes}-byte workspace, kept between calls */",
+                f"{ctype} *{name} = ({ctype} *)mb_ws_take(&{name}_slot, {nbytes});",
             ]
-        epi = [f"free({name});" for _, name, _ in reversed(items)]
+        epi = [f"mb_ws_park(&{name}_slot, {name});" for _, name, _ in reversed(items)]
         return pro, epi
 
     @classmethod

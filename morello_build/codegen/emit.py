@@ -7,14 +7,14 @@ The walk carries one `View` per operand of the node being emitted (see `views.py
   ``#pragma omp parallel for`` around a call of its body, emitted as a static function of
   the pointers and loop variables it uses (`Ctx.outline`).
 - Alloc: a cache view changes nothing; otherwise a new buffer (scalar locals, vector
-  locals, a 64-byte-aligned stack array, or a ``posix_memalign`` workspace allocated once
-  per call or per parallel-loop body, see `Ctx.add_workspace`) filled by the prologue Move
+  locals, a 64-byte-aligned stack array, or a heap workspace taken once per call or per
+  parallel-loop body and kept for the next, see `Ctx.add_workspace`) filled by the prologue Move
   and drained by the epilogue Move.
 - Block: children in order (a Zero child sees the output only).
 - Kernel: the kernel's own emitter (`kernels.registry.emit_kernel`).
 
 Scratch larger than `STACK_BYTES` goes to the heap; `KernelABI.workspace_bytes` reports
-the sum of those allocations (an upper bound on the per-call heap use of a serial kernel).
+the sum of those buffers (an upper bound on the heap a serial kernel holds).
 """
 
 from __future__ import annotations
@@ -450,7 +450,9 @@ def _header(abi: KernelABI, spec: LogicalSpec) -> str:
         " * Buffers are dense, must not overlap, and need no particular alignment.",
     ]
     if abi.workspace_bytes:
-        lines.append(f" * Allocates up to {abi.workspace_bytes} bytes of heap scratch per call.")
+        lines.append(
+            f" * Keeps up to {abi.workspace_bytes} bytes of heap scratch, reused by the next call."
+        )
     lines += [
         " */",
         abi.prototype().replace(" *restrict ", " *MORELLO_RESTRICT ") + ";",

@@ -276,11 +276,11 @@ def test_packed_scratch_buffer() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
-def test_heap_workspace_is_allocated_once_per_call_or_thread(threads: int) -> None:
-    """A packed B block too big for the stack, inside the k loop: allocated once, before
-    any loop of the function (serial) or of the parallel loop's body, freed once at the
-    end, and the kernel stays exact. (Allocated per k block, a buffer big enough to be
-    served by mmap was mapped, faulted in and unmapped again on every iteration.)"""
+def test_heap_workspace_is_taken_once_per_call_or_thread(threads: int) -> None:
+    """A packed B block too big for the stack, inside the k loop: taken once, before any
+    loop of the function (serial) or of the parallel loop's body, parked once at the end,
+    and the kernel stays exact. (Allocated per k block, a buffer big enough to be served by
+    mmap was mapped, faulted in and unmapped again on every iteration.)"""
     serial = ", serial" if threads == 1 else ""
     ls = parse_spec(f"Matmul(1x16x256x64, f32:GL:row, f32:GL:row, f32:GL:row{serial})")
     s = Schedule.for_spec(ls, get_target("avx2"))
@@ -292,12 +292,12 @@ def test_heap_workspace_is_allocated_once_per_call_or_thread(threads: int) -> No
     # The thread's code: the kernel (serial) or the outlined parallel-loop body.
     fn = "void k(" if threads == 1 else "static void k_par0("
     lines = g.c_source.split(fn, 1)[1].split("\n}\n", 1)[0].splitlines()
-    alloc = [i for i, x in enumerate(lines) if "posix_memalign" in x]
-    frees = [i for i, x in enumerate(lines) if x.strip().startswith("free(")]
+    take = [i for i, x in enumerate(lines) if "mb_ws_take(" in x]
+    park = [i for i, x in enumerate(lines) if x.strip().startswith("mb_ws_park(")]
     loops = [i for i, x in enumerate(lines) if x.strip().startswith("for (")]
-    assert len(alloc) == 1 and len(frees) == 1, g.c_source
-    assert g.c_source.count("posix_memalign") == 1, g.c_source
-    assert all(i > alloc[0] for i in loops) and frees[0] > loops[-1], g.c_source
+    assert len(take) == 1 and len(park) == 1, g.c_source
+    assert g.c_source.count("= (float *)mb_ws_take(") == 1, g.c_source
+    assert all(i > take[0] for i in loops) and park[0] > loops[-1], g.c_source
     assert g.abi.workspace_bytes == 128 * 64 * 4
     check(impl, "avx2")
 
