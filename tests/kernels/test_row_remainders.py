@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from morello_build.api import row_spec_text, synthesize_kernel
+from morello_build.harness.arrays import bf16_bits_to_f32, f32_to_bf16_bits
 from morello_build.harness.compile import find_compiler
 from morello_build.harness.row_peers import ctypes_kernel
 from morello_build.machine.isa import host_supports
@@ -32,12 +33,6 @@ MASKED = {
 SENTINEL = 12345.0
 
 
-def _bf16_exact(x: np.ndarray) -> np.ndarray:
-    """`x` rounded to values that bf16 holds exactly (the top 16 bits of each f32)."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
-    return bits.view(np.float32)
-
-
 def _run(op: str, isa: str, dtype: str, cc: str, x: np.ndarray, tmp_path: Path) -> np.ndarray:
     """Call the synthesized kernel on `x` ([ROWS, N] f32 values, exact in `dtype`); its output,
     after checking that nothing was written past the output's end."""
@@ -49,7 +44,7 @@ def _run(op: str, isa: str, dtype: str, cc: str, x: np.ndarray, tmp_path: Path) 
         row_spec_text(op, ROWS, N, dtype=dtype), name="mb_tail", target=isa, use_cache=False
     ).kernel
     assert MASKED[isa, dtype] in k.c_source, "expected a masked remainder"
-    stored = x if dtype == "f32" else (x.view(np.uint32) >> 16).astype(np.uint16)
+    stored = x if dtype == "f32" else f32_to_bf16_bits(x)
     out_shape = (ROWS,) if op in ("max", "sum") else (ROWS, N)
     size = int(np.prod(out_shape))
     backing = np.full(size + 32, SENTINEL, dtype=np.float32)
@@ -62,7 +57,7 @@ def _run(op: str, isa: str, dtype: str, cc: str, x: np.ndarray, tmp_path: Path) 
 
 def _rows(rng: np.random.Generator, dtype: str) -> np.ndarray:
     x = rng.uniform(-8.0, 8.0, size=(ROWS, N)).astype(np.float32)
-    return x if dtype == "f32" else _bf16_exact(x)
+    return x if dtype == "f32" else bf16_bits_to_f32(f32_to_bf16_bits(x))
 
 
 CASES = sorted(MASKED)
