@@ -30,18 +30,19 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
     - A copy between memory levels (e.g. GL -> L1) is filled and drained by prologue and
       epilogue Move Specs, which read the source a run at a time through views of their own
       and so already pay its lines once; the copy adds the new buffer's lines and, for a
-      strided source, the surcharge those contiguous runs do not see. Charging the source's
-      lines here too made a packed L1 copy cost its memory traffic twice, so the search
-      streamed B from memory again and again instead (docs/cost-model.md, "Copies").
+      strided source, the ISA's share (`Target.strided_copy_percent`) of the surcharge
+      those contiguous runs do not see. Charging the source's lines here too made a packed
+      L1 copy cost its memory traffic twice, so the search streamed B from memory again and
+      again instead (docs/cost-model.md, "Copies" and "Strided copies").
     - A same-level copy (packing into panels) is charged by its prologue and epilogue alone.
     - A move into registers pays the source's lines: its load and store kernels do not.
     """
     if new.level == src.level:
         return 0
-    own = target.move_cost(src) + target.move_cost(new)
     if view or not new.level.in_memory:
-        return own
-    return own - target.run_lines_cost(src)
+        return target.move_cost(src) + target.move_cost(new)
+    surcharge = target.move_cost(src) - target.run_lines_cost(src)  # 0 unless strided
+    return target.move_cost(new) + surcharge * target.strided_copy_percent // 100
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -49,6 +49,11 @@ class Isa:
     l2_lines: int
     #: Cost of touching one 64-byte line at each level: RF, VRF, L1, L2, GL.
     hit_cost: tuple[int, int, int, int, int]
+    #: What a copy out of a strided source (a strip of columns) pays on top of its
+    #: prologue's run-by-run reads, in percent of those reads: the reference model's
+    #: doubling is 100; measured on an AVX-512 host, a strip copy costs 1.0-2.0x (median
+    #: 1.4x) per line what a contiguous one does (docs/cost-model.md, "Strided copies").
+    strided_copy_percent: int = 100
     #: Cost of starting a parallel loop and of each of its iterations.
     par_setup: int
     par_per_iter: int
@@ -76,6 +81,8 @@ class Isa:
             raise bad(f"hit_cost needs 5 non-negative costs, got {self.hit_cost}")
         if any(r <= 0 or r > self.vrf_registers for r in self.register_rows):
             raise bad(f"register_rows must fit the register file, got {self.register_rows}")
+        if not 0 <= self.strided_copy_percent <= 100:
+            raise bad(f"strided_copy_percent must be in [0, 100], got {self.strided_copy_percent}")
         if self.fma_probe is not None:
             acc, lanes = self.fma_probe
             if lanes != self.f32_lanes or not 0 < acc <= self.vector_registers - 2:
@@ -160,6 +167,7 @@ AVX512 = Isa(
     vrf_registers=32,
     l2_lines=1 << 14,
     hit_cost=(0, 0, 1, 2, 20),
+    strided_copy_percent=50,
     par_setup=850_000,
     par_per_iter=60,
     register_rows=(12,),

@@ -73,6 +73,8 @@ class Target:
     processors: int = 1
     #: Extra register-tile heights of Matmul tilings (`Isa.register_rows`).
     register_rows: tuple[int, ...] = ()
+    #: A strided source's copy surcharge, percent of its run-by-run reads (`Isa`).
+    strided_copy_percent: int = 100
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     def __hash__(self) -> int:
@@ -163,5 +165,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         par_per_iter=rec.par_per_iter if tuning.par_per_iter is None else tuning.par_per_iter,
         processors=max(1, threads),
         register_rows=rec.register_rows,
+        strided_copy_percent=rec.strided_copy_percent,
         tune=tuning.name,
     )

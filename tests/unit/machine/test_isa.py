@@ -31,6 +31,7 @@ def test_target_and_codegen_read_the_record(name: str) -> None:
         rec.hit_cost,
     )
     assert t.register_rows == rec.register_rows
+    assert t.strided_copy_percent == rec.strided_copy_percent
     ctx = Ctx(name, annotate=False)
     assert ctx.f32_lanes == rec.f32_lanes == max(rec.vector_bytes, default=4) // 4
     assert ctx.vector_registers == rec.vector_registers
@@ -54,6 +55,8 @@ def test_runtime_condition_uses_cpu_supports_and_helper() -> None:
         ({"vrf_registers": 33}, "vrf_registers"),
         ({"hit_cost": (0, 0, 1, 2)}, "hit_cost"),
         ({"register_rows": (40,)}, "register_rows"),
+        ({"strided_copy_percent": 101}, "strided_copy_percent"),
+        ({"strided_copy_percent": -1}, "strided_copy_percent"),
         ({"fma_probe": (24, 8)}, "fma_probe"),
         ({"fma_probe": (31, 16)}, "fma_probe"),
         ({"extends": "avx512"}, "distinct"),
