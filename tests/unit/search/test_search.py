@@ -151,7 +151,7 @@ def test_same_level_copies_are_charged_once() -> None:
     assert vplan.const == t.move_cost(b) + t.move_cost(b._replace(level=Level.L1)) > 0
 
 
-@pytest.mark.parametrize("target_name", ["avx2", "avx512"])
+@pytest.mark.parametrize("target_name", ["avx2", "avx512", "amx"])
 def test_a_copy_into_l1_pays_the_source_lines_once(target_name: str) -> None:
     """A GL -> L1 copy of a strided B strip: its prologue Move already reads every source
     line from GL (through views of its rows), so the Alloc adds only the new buffer's lines
@@ -175,7 +175,7 @@ def test_a_copy_into_l1_pays_the_source_lines_once(target_name: str) -> None:
     surcharge = t.move_cost(b) - rows  # strided: the reference model doubles its lines
     assert surcharge == rows
     # the ISA's share of it: measured on AVX-512 (docs/cost-model.md, "Strided copies")
-    assert t.strided_copy_percent == {"avx2": 100, "avx512": 50}[target_name]
+    assert t.strided_copy_percent == {"avx2": 100, "avx512": 50, "amx": 100}[target_name]
     assert plan.const == t.move_cost(new) + surcharge * t.strided_copy_percent // 100
     assert t.move_cost(b) - rows == rows
     # ... because the prologue pays for reading the source lines from GL itself.
