@@ -45,7 +45,9 @@ class Tuning:
 TUNINGS: dict[str, Tuning] = {
     t.name: t
     for t in (
-        Tuning("generic"),
+        # a warm fork and join on the Xeon: 0.7-1.3 us = 11k-22k units (docs/cost-model.md,
+        # "Parallel loops"); the reference's 230k (AVX2) and 850k (AVX-512) are 18 us
+        Tuning("generic", par_setup=22_000),
         # a warm OpenMP fork and join: 0.7-2.8 us = 9k-38k units (docs/cost-model.md,
         # "Parallel loops"); the reference's 230k is ~18 us
         Tuning("zen3", stream_prefetch=False, par_setup=36_000, par_per_iter=20),

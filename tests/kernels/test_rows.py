@@ -183,12 +183,12 @@ def test_a_long_row_on_two_threads_reduces_its_chunks_across_them(kind: str, dty
 
 
 @pytest.mark.parametrize("kind", ["max", "sum"])
-def test_a_megabyte_of_rows_runs_on_both_threads_at_zen3s_fork_cost(kind: str) -> None:
-    """zen3's measured fork and join (36k units, benchmarks/par_setup.py) pays for itself
-    on 32 rows of 8192 (1 MiB): the rows are split across the threads; the reference's
-    230k kept them on one. Checked against numpy."""
+def test_a_megabyte_of_rows_runs_on_both_threads_at_the_measured_fork_cost(kind: str) -> None:
+    """The measured fork and join (zen3 36k units, generic 22k: benchmarks/par_setup.py)
+    pays for itself on 32 rows of 8192 (1 MiB): the rows are split across the threads;
+    the reference's 230k kept them on one. Checked against numpy."""
     text = row_spec_text(kind, 32, 8192, threads=2)
-    for tune, parallel in (("zen3", True), ("generic", False)):
+    for tune, parallel in (("zen3", True), ("generic", True)):
         syn = synthesize(text, "avx2", threads=2, tune=tune, use_cache=False)
         loops = [n for n in iter_nodes(syn.impl) if isinstance(n, Loop)]
         assert any(n.parallel for n in loops) == parallel, (tune, [n.action for n in loops])
