@@ -22,35 +22,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from morello_build.harness.compile import CompilerNotFound, find_compiler
+from c_probe import ProbeError, probe_compiler, run_probe
 
 _C = r"""
-#define _GNU_SOURCE
 #include <immintrin.h>
 #include <omp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp);
-    return v[n / 2];
-}
-volatile float sink;
 static int touched[4096 * 16];
 
 /* ns per region of `iters` iterations of an (almost) empty body, `reps` regions per batch */
@@ -115,28 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--threads must be at least 2")
     if not 1 <= args.samples <= 1000:
         parser.error("--samples must be 1..1000")
+    env = {**os.environ, "OMP_PROC_BIND": os.environ.get("OMP_PROC_BIND", "false")}
     try:
-        cc = find_compiler(args.cc).path
-    except CompilerNotFound as e:
+        cc = probe_compiler(args.cc)
+        flags = ["-mavx2", "-mfma", "-fopenmp"]
+        out = run_probe(cc, _C, flags, [str(args.threads), str(args.samples)], env).split()
+    except ProbeError as e:
         print(f"par_setup.py: {e}", file=sys.stderr)
         return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp, "par.c"), Path(tmp, "par")
-        src.write_text(_C)
-        cmd = [cc, "-O3", "-mavx2", "-mfma", "-fopenmp", str(src), "-o", str(exe)]
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, text=True)
-        except (OSError, subprocess.CalledProcessError) as e:
-            err = getattr(e, "stderr", "") or str(e)
-            print(f"par_setup.py: cannot build the probe with {cc}: {err}", file=sys.stderr)
-            return 1
-        out = subprocess.run(
-            [str(exe), str(args.threads), str(args.samples)],
-            check=True,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "OMP_PROC_BIND": os.environ.get("OMP_PROC_BIND", "false")},
-        ).stdout.split()
     fma, first, fork, many, woken = map(float, out)
     units_per_ns = 2 * fma
     per_iter = (many - fork) / 63  # each thread ran 63 more iterations

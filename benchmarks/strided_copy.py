@@ -24,34 +24,14 @@ as in a kernel called in a loop.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from morello_build.harness.compile import CompilerNotFound, find_compiler
+from c_probe import ProbeError, probe_compiler, run_probe
 
 _C = r"""
 #include <immintrin.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp);
-    return v[n / 2];
-}
-volatile float sink;
 
 /* copy rows x w floats, rows `pitch` floats apart, into dst (w a multiple of 8) */
 static void pack(float *restrict dst, const float *restrict src, int rows, int w, long pitch) {
@@ -123,23 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--offset must be a multiple of 4 below 4096")
     if not 1 <= args.samples <= 999:
         parser.error("--samples must be 1..999")
+    argv_c = [str(args.rows), str(args.cols), str(args.offset), str(args.samples)]
     try:
-        cc = find_compiler(args.cc).path
-    except CompilerNotFound as e:
+        cc = probe_compiler(args.cc)
+        out = run_probe(cc, _C, ["-mavx2", "-mfma"], argv_c)
+    except ProbeError as e:
         print(f"strided_copy.py: {e}", file=sys.stderr)
         return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp, "copy.c"), Path(tmp, "copy")
-        src.write_text(_C)
-        cmd = [cc, "-O3", "-mavx2", "-mfma", str(src), "-o", str(exe)]
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, text=True)
-        except (OSError, subprocess.CalledProcessError) as e:
-            err = getattr(e, "stderr", "") or str(e)
-            print(f"strided_copy.py: cannot build the probe with {cc}: {err}", file=sys.stderr)
-            return 1
-        argv_c = [str(exe), str(args.rows), str(args.cols), str(args.offset), str(args.samples)]
-        out = subprocess.run(argv_c, check=True, capture_output=True, text=True).stdout
     r, c = args.rows, args.cols
     mib = r * c * 4 / 2**20
     print(

@@ -1,0 +1,82 @@
+"""Build and run a one-file C probe: what the microbenchmarks behind the cost model's
+constants share (`par_setup.py`, `strided_copy.py`).
+
+`TIMING_C` is the probe's prelude: a monotonic clock in ns, a median and a `sink` that keeps
+the compiler from dropping the timed work. `run_probe` compiles the source with the given
+flags (the kernels' -O3 plus the ISA's) and returns what the probe printed, or raises
+`ProbeError` with a one-line reason a script can print before exiting 1.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from morello_build.harness.compile import CompilerNotFound, find_compiler
+
+TIMING_C = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp);
+    return v[n / 2];
+}
+volatile float sink;
+"""
+
+
+class ProbeError(Exception):
+    """The probe could not be built or run (the message says why, in one line)."""
+
+
+def probe_compiler(cc: str | None) -> str:
+    """The C compiler's path: `cc`, else $CC, else gcc (`ProbeError` if there is none)."""
+    try:
+        return find_compiler(cc).path
+    except CompilerNotFound as e:
+        raise ProbeError(str(e)) from e
+
+
+def run_probe(
+    cc: str,
+    source: str,
+    flags: Sequence[str],
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Compile `TIMING_C + source` with `cc -O3 flags`, run it with `args`; its stdout."""
+    with tempfile.TemporaryDirectory(prefix="morello-probe-") as tmp:
+        src, exe = Path(tmp, "probe.c"), Path(tmp, "probe")
+        src.write_text(TIMING_C + source)
+        try:
+            subprocess.run(
+                [cc, "-O3", *flags, str(src), "-o", str(exe)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        except (OSError, subprocess.CalledProcessError) as e:
+            err = getattr(e, "stderr", "") or str(e)
+            raise ProbeError(f"cannot build the probe with {cc}: {err}") from e
+        try:
+            done = subprocess.run(
+                [str(exe), *args], check=True, capture_output=True, text=True, env=env
+            )
+        except (OSError, subprocess.CalledProcessError) as e:
+            err = getattr(e, "stderr", "") or str(e)
+            raise ProbeError(f"the probe failed: {err}") from e
+        return done.stdout
