@@ -1,0 +1,59 @@
+"""The cost model's microbenchmarks (benchmarks/strided_copy.py, benchmarks/par_setup.py) run
+end to end on small sizes: a real C probe is built and run, and its table is well formed.
+Speed is not asserted (the figures are a machine's facts, recorded in docs/cost-model.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from morello_build.machine.isa import host_supports
+from tests.support.paths import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(not host_supports("avx2"), reason="the probes use AVX2 and FMA")
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(REPO_ROOT / "benchmarks" / script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def _table(stdout: str) -> list[list[str]]:
+    """The body rows of the Markdown table in `stdout`, as cells."""
+    rows = [line for line in stdout.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
+
+
+def test_strided_copy_prints_a_row_per_strip_width() -> None:
+    p = _run("strided_copy.py", "--rows", "64", "--cols", "256", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    assert "B 64x256 f32" in p.stdout
+    rows = _table(p.stdout)
+    assert [r[0] for r in rows] == ["16", "32", "64", "128", "256"]
+    for r in rows:
+        strips, contiguous, ratio, streamed = r[1:]
+        assert float(strips) > 0 and float(contiguous) > 0 and float(streamed) > 0
+        assert ratio.endswith("x")  # the quotient of the unrounded figures
+        assert abs(float(ratio[:-1]) - float(strips) / float(contiguous)) < 0.02
+
+
+def test_strided_copy_refuses_bad_sizes() -> None:
+    p = _run("strided_copy.py", "--cols", "100")
+    assert p.returncode == 2 and "--cols" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_par_setup_prints_the_four_costs() -> None:
+    p = _run("par_setup.py", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    rows = _table(p.stdout)
+    assert [r[0] for r in rows] == [
+        "warm region start + join",
+        "one more iteration per thread",
+        "region after 20 ms idle (threads woken)",
+        "first region of the process (pool created)",
+    ]
+    ns = [float(r[1].replace(",", "")) for r in rows]
+    # regions take time; one more iteration is a difference of two medians (may be noise)
+    assert ns[0] > 0 and ns[2] > 0 and ns[3] > 0
