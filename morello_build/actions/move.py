@@ -41,8 +41,11 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
         return 0
     if view or not new.level.in_memory:
         return target.move_cost(src) + target.move_cost(new)
-    surcharge = target.move_cost(src) - target.run_lines_cost(src)  # 0 unless strided
-    return target.move_cost(new) + surcharge * target.strided_copy_percent // 100
+    if src.is_contiguous:
+        return target.move_cost(new)
+    # `move_cost` doubles a strided source's lines; the prologue already paid them once
+    surcharge = target.run_lines_cost(src) * target.strided_copy_percent // 100
+    return target.move_cost(new) + surcharge
 
 
 @functools.lru_cache(maxsize=1 << 16)
