@@ -238,16 +238,20 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if dp_tiles:
             splits = [s for s in splits if s >= DPBF16_MIN_K]
         acts.extend(Split(s) for s in splits)
-    acts.extend(_selects(spec.kind))
+    acts.extend(_selects(spec.kind, tuple(o.dtype for o in spec.operands)))
     if spec.kind == MATMUL and not spec.accum:
         acts.append(ToAccum())
     return acts
 
 
 @functools.cache
-def _selects(kind: str) -> tuple[Select, ...]:
-    """One Select per kernel of `kind`, made once (actions are immutable values)."""
-    return tuple(Select(k.name) for k in kernels_for(kind))
+def _selects(kind: str, dtypes: tuple[Dtype, ...]) -> tuple[Select, ...]:
+    """One Select per kernel of `kind` that takes operands of `dtypes` (`Kernel.dtypes`),
+    made once (actions are immutable values). A kernel left out would have had no plan,
+    so the indices of the applicable plans, which the memo stores, do not change."""
+    return tuple(
+        Select(k.name) for k in kernels_for(kind) if k.dtypes is None or k.dtypes == dtypes
+    )
 
 
 def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
@@ -516,5 +520,5 @@ def _row_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             acts.append(ToMaxAndDenominator())
     if spec.kind == SOFTMAX_DENOM_MAX and spec.accum:
         acts.extend(SplitScan(k) for k in _pow2_below(spec.shape[1]) if k >= MIN_SCAN_CHUNK)
-    acts.extend(_selects(spec.kind))
+    acts.extend(_selects(spec.kind, tuple(o.dtype for o in spec.operands)))
     return acts

@@ -17,7 +17,7 @@ class Select:
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         k = KERNELS_BY_NAME[self.kernel]
-        if k.kind != spec.kind or not k.applies(spec, target):
+        if not k.takes(spec, target):
             return None
         return Plan((), (), k.cost(spec, target), k.memory(spec, target))
 

@@ -39,7 +39,6 @@ def _applies(s: LogicalSpec, t: Target) -> bool:
     bdim, m, k, n = s.shape
     return (
         t.isa == "amx"
-        and (a.dtype, b.dtype, c.dtype) == (BF16, BF16, F32)
         and bdim == 1
         and m in (16, 32)
         and n in (16, 32)
@@ -127,4 +126,5 @@ AMX_TILE_MATMUL = Kernel(
     memory=no_memory,
     cost=_cost,
     emit=_emit,
+    dtypes=(BF16, BF16, F32),
 )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import View
 from morello_build.ir import layout as lay
+from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
@@ -35,6 +36,19 @@ class Kernel:
     memory: Callable[[LogicalSpec, Target], Limits]
     cost: Callable[[LogicalSpec, Target], int]
     emit: Emitter
+    #: The operand dtypes the kernel takes, when they are fixed. Checked before `applies`
+    #: (which need not check them), and the search lists the kernel only for Specs of
+    #: these dtypes: most kernels are for one dtype, and asking every other kernel's
+    #: `applies` was a tenth of synthesis (docs/internals.md, "Search speed").
+    dtypes: tuple[Dtype, ...] | None = None
+
+    def takes(self, spec: LogicalSpec, target: Target) -> bool:
+        """Whether the kernel may implement `spec`: its kind, dtypes and `applies`."""
+        if self.kind != spec.kind:
+            return False
+        if self.dtypes is not None and self.dtypes != tuple(o.dtype for o in spec.operands):
+            return False
+        return self.applies(spec, target)
 
 
 def regs(rf: int = 0, vrf: int = 0) -> Limits:

@@ -42,7 +42,7 @@ def _orientation(s: LogicalSpec) -> str | None:
 
 def _f32_applies(s: LogicalSpec, t: Target) -> bool:
     a, b, c = s.operands
-    if not s.accum or not (a.dtype == b.dtype == c.dtype == F32) or not in_vectors(c):
+    if not s.accum or not in_vectors(c):
         return False
     o = _orientation(s)
     if o == "row":
@@ -74,7 +74,6 @@ def _bf16_applies(s: LogicalSpec, t: Target) -> bool:
     a, b, c = s.operands
     return (
         s.accum
-        and (a.dtype, b.dtype, c.dtype) == (BF16, BF16, F32)
         and _orientation(s) == "row"
         and scalar_here(a)
         and in_vectors(b)
@@ -133,6 +132,7 @@ BROADCAST_VEC_MULT_ADD = Kernel(
     memory=_f32_memory,
     cost=_f32_cost,
     emit=_emit,
+    dtypes=(F32, F32, F32),
 )
 
 BROADCAST_VEC_MULT_ADD_BF16 = Kernel(
@@ -142,4 +142,5 @@ BROADCAST_VEC_MULT_ADD_BF16 = Kernel(
     memory=_bf16_memory,
     cost=_bf16_cost,
     emit=_emit,
+    dtypes=(BF16, BF16, F32),
 )

@@ -61,12 +61,7 @@ def _dot_shape(s: LogicalSpec) -> bool:
 
 def _f32_applies(s: LogicalSpec, t: Target) -> bool:
     lanes = t.lanes(F32)
-    return (
-        lanes > 1
-        and _dot_shape(s)
-        and all(o.dtype == F32 for o in s.operands)
-        and s.shape[2] % lanes == 0
-    )
+    return lanes > 1 and _dot_shape(s) and s.shape[2] % lanes == 0
 
 
 def _f32_memory(s: LogicalSpec, t: Target) -> Limits:
@@ -84,8 +79,7 @@ def _f32_cost(s: LogicalSpec, t: Target) -> int:
 
 def _bf16_applies(s: LogicalSpec, t: Target) -> bool:
     lanes = t.lanes(F32)
-    dts = tuple(o.dtype for o in s.operands)
-    return lanes > 1 and _dot_shape(s) and dts == (BF16, BF16, F32) and s.shape[2] % lanes == 0
+    return lanes > 1 and _dot_shape(s) and s.shape[2] % lanes == 0
 
 
 def _bf16_memory(s: LogicalSpec, t: Target) -> Limits:
@@ -101,13 +95,7 @@ def _bf16_cost(s: LogicalSpec, t: Target) -> int:
 
 
 def _vdpbf16_applies(s: LogicalSpec, t: Target) -> bool:
-    dts = tuple(o.dtype for o in s.operands)
-    return (
-        isa_includes(t.isa, "avx512")
-        and _dot_shape(s)
-        and dts == (BF16, BF16, F32)
-        and s.shape[2] % VDPBF16PS_STEP == 0
-    )
+    return isa_includes(t.isa, "avx512") and _dot_shape(s) and s.shape[2] % VDPBF16PS_STEP == 0
 
 
 def _vdpbf16_memory(s: LogicalSpec, t: Target) -> Limits:
@@ -210,6 +198,7 @@ DOT_PRODUCT_LOOP = Kernel(
     memory=_f32_memory,
     cost=_f32_cost,
     emit=_emit_f32,
+    dtypes=(F32, F32, F32),
 )
 
 DOT_PRODUCT_LOOP_BF16 = Kernel(
@@ -219,6 +208,7 @@ DOT_PRODUCT_LOOP_BF16 = Kernel(
     memory=_bf16_memory,
     cost=_bf16_cost,
     emit=_emit_bf16,
+    dtypes=(BF16, BF16, F32),
 )
 
 DOT_PRODUCT_LOOP_VDPBF16PS = Kernel(
@@ -228,4 +218,5 @@ DOT_PRODUCT_LOOP_VDPBF16PS = Kernel(
     memory=_vdpbf16_memory,
     cost=_vdpbf16_cost,
     emit=_emit_vdpbf16ps,
+    dtypes=(BF16, BF16, F32),
 )

@@ -42,7 +42,6 @@ def _applies(s: LogicalSpec, t: Target) -> bool:
     bdim, m, k, n = s.shape
     return (
         t.fast_dpbf16
-        and (a.dtype, b.dtype, c.dtype) == (BF16, BF16, F32)
         and bdim == 1
         and k % 2 == 0
         and k >= DPBF16_MIN_K
@@ -125,4 +124,5 @@ DPBF16_TILE = Kernel(
     memory=_memory,
     cost=_cost,
     emit=_emit,
+    dtypes=(BF16, BF16, F32),
 )

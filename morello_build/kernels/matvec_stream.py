@@ -40,7 +40,7 @@ STREAM_PREFETCH_MAX_STEP_BYTES = 128
 STREAM_PREFETCH_MIN_ROW = 4 * STREAM_PREFETCH_AHEAD
 
 
-def _applies_common(s: LogicalSpec, t: Target, dts: tuple[Dtype, ...]) -> bool:
+def _applies(s: LogicalSpec, t: Target) -> bool:
     a, b, c = s.operands
     bdim, m, k, n = s.shape
     lanes = t.lanes(F32)
@@ -51,21 +51,12 @@ def _applies_common(s: LogicalSpec, t: Target, dts: tuple[Dtype, ...]) -> bool:
         and m == 1
         and 1 <= k <= STREAM_MAX_ROWS
         and n % lanes == 0
-        and (a.dtype, b.dtype, c.dtype) == dts
         and a.level.in_memory
         and b.level is Level.GL
         and rows_contiguous(b)
         and c.level is Level.L1
         and c.is_contiguous
     )
-
-
-def _f32_applies(s: LogicalSpec, t: Target) -> bool:
-    return _applies_common(s, t, (F32, F32, F32))
-
-
-def _bf16_applies(s: LogicalSpec, t: Target) -> bool:
-    return _applies_common(s, t, (BF16, BF16, F32))
 
 
 def _memory(s: LogicalSpec, t: Target) -> Limits:
@@ -214,17 +205,19 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
 VEC_MAT_ROWS_F32 = Kernel(
     name="VecMatRowsF32",
     kind=MATMUL,
-    applies=_f32_applies,
+    applies=_applies,
     memory=_memory,
     cost=_cost,
     emit=_emit,
+    dtypes=(F32, F32, F32),
 )
 
 VEC_MAT_ROWS_BF16 = Kernel(
     name="VecMatRowsBf16F32",
     kind=MATMUL,
-    applies=_bf16_applies,
+    applies=_applies,
     memory=_memory,
     cost=_cost,
     emit=_emit,
+    dtypes=(BF16, BF16, F32),
 )

@@ -12,6 +12,8 @@ import functools
 
 import pytest
 
+from morello_build.actions.enumerate import enumerate_actions
+from morello_build.actions.select import Select
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
@@ -135,6 +137,39 @@ def test_every_kernel_is_one_complete_definition():
     # The kinds partition the registry: each kernel is offered for exactly one kind of Spec.
     by_kind = [k for kind in KINDS for k in kernels_for(kind)]
     assert sorted(by_kind, key=KERNELS.index) == list(KERNELS)
+
+
+def test_a_kernel_takes_only_its_dtypes():
+    """`Kernel.dtypes` is checked before `applies` (which no longer checks dtypes): the f32
+    broadcast-FMA kernel's shape and levels fit a bf16 register tile, its dtypes do not."""
+    target = get_target("avx2", 1, "generic")
+    f32 = parse_spec(mm("1x1x1x8", "f32:L1:row", "f32:VRF:row:8", "f32:VRF:row:8", accum=True))
+    bf16 = parse_spec(mm("1x1x1x8", "bf16:L1:row", "bf16:VRF:row:8", "f32:VRF:row:8", accum=True))
+    f32_kernel = KERNELS_BY_NAME["BroadcastVecMultAdd"]
+    bf16_kernel = KERNELS_BY_NAME["BroadcastVecMultAddBf16F32"]
+    assert f32_kernel.applies(bf16, target), "the case must differ in dtypes only"
+    assert f32_kernel.takes(f32, target) and not f32_kernel.takes(bf16, target)
+    assert bf16_kernel.takes(bf16, target) and not bf16_kernel.takes(f32, target)
+    assert Select("BroadcastVecMultAdd").plan(bf16, target) is None
+    assert Select("BroadcastVecMultAddBf16F32").plan(bf16, target) is not None
+
+
+def test_the_search_lists_kernels_of_the_specs_dtypes():
+    """Over every Spec the battery's searches visit, the Selects listed are the registry's
+    kernels of the Spec's kind whose dtypes are undeclared or the Spec's, in registry order."""
+    checked = 0
+    for isa, tune, text, _ in BATTERY:
+        _impl(isa, tune, text)
+        search = _search(isa, tune)
+        for ls in search.memo.logical_specs():  # type: ignore[attr-defined]
+            dtypes = tuple(o.dtype for o in ls.operands)
+            listed = [
+                a.kernel for a in enumerate_actions(ls, search.target) if isinstance(a, Select)
+            ]
+            want = [k.name for k in kernels_for(ls.kind) if k.dtypes in (None, dtypes)]
+            assert listed == want, ls
+            checked += 1
+    assert checked > 1000, checked
 
 
 @pytest.mark.parametrize("case", BATTERY, ids=_id)
