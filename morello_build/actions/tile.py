@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
 from morello_build.impl.nodes import Impl, Loop
+from morello_build.ir import layout as lay
+from morello_build.ir.levels import Level
 from morello_build.ir.limits import ZERO
 from morello_build.ir.spec import MATMUL, LogicalSpec, canonical, operand_shapes
-from morello_build.ir.tensorspec import tile_tensor
+from morello_build.ir.tensorspec import TensorSpec, tile_tensor
 from morello_build.machine.target import Target
 
 
@@ -121,6 +123,31 @@ def boundary_offsets(spec: LogicalSpec, tile: tuple[int, ...]) -> tuple[tuple[in
     return tuple(off for _, off in boundary_regions(spec.shape, tile))
 
 
+#: The widest row of B a register tile reads per k step, in lines: four zmm vectors (64 f32).
+#: Strips of 1- and 2-line rows measured slow to read in place, chunks of 32-line rows fast.
+TILE_ROW_LINES = 4
+
+
+def streams_pages(b: TensorSpec, k: int) -> bool:
+    """Whether k-chunks of `k` rows of B would be read in place, a few lines per page.
+
+    B in main memory with rows whole pages apart (`page_pitch`), a strip no wider than a
+    register tile's row (`TILE_ROW_LINES`), and a k-chunk few enough rows to fit L1's
+    sets (so the chunk loses the mark and an L1 view of it is allowed): register tiles
+    would then read B in place, every row a miss in another page that the prefetchers do
+    not follow, with too few loads in flight behind the tile's FMAs. Such a split is not
+    offered; B is split in chunks that keep the mark, which must be copied before they
+    reach registers. A chunk of wide rows streams well in place (tiles walk a page's
+    lines in order). Measured (`benchmarks/tile_stream.py`; the fused 16x768x3072 MLP row
+    1.8x faster): docs/cost-model.md, "Streaming B in place"."""
+    if not b.page_pitch or b.level is not Level.GL:
+        return False
+    if lay.runs(b.layout, b.shape, b.dtype.size)[1] > TILE_ROW_LINES:
+        return False
+    chunk = tile_tensor(b, (b.shape[0], k, b.shape[2]))
+    return chunk is not None and not chunk.page_pitch
+
+
 @dataclass(frozen=True)
 class TileOut:
     """Tile the output to `shape` (a new spec shape; the reduction dim stays whole)."""
@@ -154,6 +181,8 @@ class Split:
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         if spec.kind != MATMUL or not spec.accum or self.k >= spec.shape[2]:
+            return None
+        if streams_pages(spec.operands[1], self.k):
             return None
         return loop_plan(spec, self._shape(spec), False, target)
 

@@ -1,4 +1,4 @@
-"""The cost model's microbenchmarks (benchmarks/strided_copy.py, benchmarks/par_setup.py) run
+"""The cost model's microbenchmarks (benchmarks/strided_copy.py, par_setup.py, tile_stream.py) run
 end to end on small sizes: a real C probe is built and run, and its table is well formed.
 Speed is not asserted (the figures are a machine's facts, recorded in docs/cost-model.md)."""
 
@@ -57,3 +57,25 @@ def test_par_setup_prints_the_four_costs() -> None:
     ns = [float(r[1].replace(",", "")) for r in rows]
     # regions take time; one more iteration is a difference of two medians (may be noise)
     assert ns[0] > 0 and ns[2] > 0 and ns[3] > 0
+
+
+def test_tile_stream_prints_a_row_per_pitch() -> None:
+    p = _run("tile_stream.py", "--rows", "64", "--cols", "1024,256", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    assert "B 64 x N f32" in p.stdout
+    rows = _table(p.stdout)
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("1024", "4096 B", "yes"),
+        ("256", "1024 B", "no"),
+    ]
+    for r in rows:
+        in_place, packed16, packed64, compute = (float(v) for v in r[3:7])
+        assert min(in_place, packed16, packed64, compute) > 0
+        assert abs(float(r[7][:-1]) - in_place / packed64) < 0.02
+
+
+def test_tile_stream_refuses_bad_sizes() -> None:
+    p = _run("tile_stream.py", "--cols", "3072,100")
+    assert p.returncode == 2 and "--cols" in p.stderr and "Traceback" not in p.stderr
+    p = _run("tile_stream.py", "--cols", "abc")
+    assert p.returncode == 2 and "--cols" in p.stderr and "Traceback" not in p.stderr

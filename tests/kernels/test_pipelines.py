@@ -159,6 +159,35 @@ def test_the_search_fuses_when_the_output_does_not_fit_l1() -> None:
     assert all(action == "bufferize(L1)" and loop for action, loop in found[:1]), found
 
 
+def _rows_read_in_place(node: object) -> list[str]:
+    """The k loops under `node` that cut a Matmul's B, in memory with rows pages apart
+    (`page_pitch`), into chunks that lose the mark: chunks whose rows register tiles may
+    read in place, each row in another page."""
+    out: list[str] = []
+    if isinstance(node, Loop) and node.spec.kind == "matmul":
+        b = node.spec.operands[1]
+        body_b = node.children[0].spec.operands[1]
+        if b.level.name == "GL" and b.page_pitch and not body_b.page_pitch:
+            out.append(f"{node.action}: {node.spec.text()}")
+    for child in getattr(node, "children", ()):
+        out.extend(_rows_read_in_place(child))
+    return out
+
+
+def test_b_rows_pages_apart_are_copied_before_registers_read_them() -> None:
+    """w's rows 4 KiB apart: register tiles reading them in place take every row as a miss
+    in another page (docs/cost-model.md, "Streaming B in place"), so no k loop cuts w into
+    chunks small enough to be read that way (they are copied into L1 first); the kernel
+    matches numpy where the host runs AVX-512."""
+    text = _text("Matmul,AddRow,Relu", "1x16x128x1024", F, F, F, F)
+    impl = synthesize(parse_spec(text), "avx512", use_cache=False).impl
+    assert _rows_read_in_place(impl) == []
+    if host_supports("avx512"):
+        kernel = synthesize_kernel(text, name="fused", target="avx512", use_cache=False).kernel
+        v = verify_kernel(kernel)
+        assert v.ok, v.details
+
+
 @needs_avx2
 def test_same_pipeline_same_c() -> None:
     a = synthesize_kernel(MLP, name="fused", target="avx2", use_cache=False).kernel.c_source
