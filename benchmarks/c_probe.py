@@ -1,10 +1,11 @@
 """Build and run a one-file C probe: what the microbenchmarks behind the cost model's
-constants share (`par_setup.py`, `strided_copy.py`).
+constants share (`par_setup.py`, `strided_copy.py`, `tile_stream.py`).
 
-`TIMING_C` is the probe's prelude: a monotonic clock in ns, a median and a `sink` that keeps
-the compiler from dropping the timed work. `run_probe` compiles the source with the given
-flags (the kernels' -O3 plus the ISA's) and returns what the probe printed, or raises
-`ProbeError` with a one-line reason a script can print before exiting 1.
+`TIMING_C` is the probe's prelude: a monotonic clock in ns, a median, a `sink` that keeps
+the compiler from dropping the timed work, and `page_matrix` (a matrix placed past a
+page). `run_probe` compiles the source with the given flags (the kernels' -O3 plus the
+ISA's) and returns what the probe printed, or raises `ProbeError` with a one-line reason
+a script can print before exiting 1.
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 volatile float sink;
+/* rows x cols floats, `offset` bytes past a page, filled with small values (B of the probes
+   that read a matrix) */
+__attribute__((unused)) static float *page_matrix(int rows, int cols, int offset) {
+    char *raw = aligned_alloc(4096, (size_t)rows * cols * 4 + 4096);
+    float *m = (float *)(raw + offset);
+    for (long i = 0; i < (long)rows * cols; i++) m[i] = (float)(i % 97) * 0.01f;
+    return m;
+}
 """
 
 

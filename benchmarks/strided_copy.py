@@ -48,9 +48,7 @@ static __m256 stream(const float *src, int rows, int w, long pitch, __m256 acc) 
 int main(int argc, char **argv) {
     const int rows = atoi(argv[1]), cols = atoi(argv[2]), offset = atoi(argv[3]);
     const int samples = atoi(argv[4]);
-    char *raw = aligned_alloc(4096, (size_t)rows * cols * 4 + 4096);
-    float *m = (float *)(raw + offset);
-    for (long i = 0; i < (long)rows * cols; i++) m[i] = (float)(i % 97) * 0.01f;
+    float *m = page_matrix(rows, cols, offset);
     float *buf = aligned_alloc(64, (size_t)rows * 256 * 4);
     const int widths[] = {16, 32, 64, 128, 256};
     double v[1000];

@@ -66,9 +66,7 @@ static void pack(float *restrict dst, const float *restrict src, int rows, long 
 int main(int argc, char **argv) {
     const int rows = atoi(argv[1]), cols = atoi(argv[2]), offset = atoi(argv[3]);
     const int samples = atoi(argv[4]);
-    char *raw = aligned_alloc(4096, (size_t)rows * cols * 4 + 4096);
-    float *m = (float *)(raw + offset);
-    for (long i = 0; i < (long)rows * cols; i++) m[i] = (float)(i % 97) * 0.01f;
+    float *m = page_matrix(rows, cols, offset);
     float *x = aligned_alloc(64, (size_t)rows * TILE_ROWS * 4);
     for (long i = 0; i < (long)rows * TILE_ROWS; i++) x[i] = (float)(i % 13) * 0.1f;
     float *buf = aligned_alloc(64, (size_t)rows * 64 * 4);
