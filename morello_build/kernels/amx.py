@@ -35,7 +35,6 @@ AMX_TILE = 16  # rows (and f32 columns) of one tile
 
 
 def _applies(s: LogicalSpec, t: Target) -> bool:
-    a, b, c = s.operands
     bdim, m, k, n = s.shape
     return (
         t.isa == "amx"

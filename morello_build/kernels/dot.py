@@ -59,7 +59,9 @@ def _dot_shape(s: LogicalSpec) -> bool:
 # ---- f32 ------------------------------------------------------------------------------
 
 
-def _f32_applies(s: LogicalSpec, t: Target) -> bool:
+def _f32_lanes_applies(s: LogicalSpec, t: Target) -> bool:
+    """The f32 loop and the bf16 one that widens to f32: k in whole f32 vectors (their
+    dtypes are `Kernel.dtypes`)."""
     lanes = t.lanes(F32)
     return lanes > 1 and _dot_shape(s) and s.shape[2] % lanes == 0
 
@@ -75,11 +77,6 @@ def _f32_cost(s: LogicalSpec, t: Target) -> int:
 
 
 # ---- bf16, widened --------------------------------------------------------------------
-
-
-def _bf16_applies(s: LogicalSpec, t: Target) -> bool:
-    lanes = t.lanes(F32)
-    return lanes > 1 and _dot_shape(s) and s.shape[2] % lanes == 0
 
 
 def _bf16_memory(s: LogicalSpec, t: Target) -> Limits:
@@ -194,7 +191,7 @@ def _emit_vdpbf16ps(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> Non
 DOT_PRODUCT_LOOP = Kernel(
     name="DotProductLoop",
     kind=MATMUL,
-    applies=_f32_applies,
+    applies=_f32_lanes_applies,
     memory=_f32_memory,
     cost=_f32_cost,
     emit=_emit_f32,
@@ -204,7 +201,7 @@ DOT_PRODUCT_LOOP = Kernel(
 DOT_PRODUCT_LOOP_BF16 = Kernel(
     name="DotProductLoopBf16",
     kind=MATMUL,
-    applies=_bf16_applies,
+    applies=_f32_lanes_applies,
     memory=_bf16_memory,
     cost=_bf16_cost,
     emit=_emit_bf16,

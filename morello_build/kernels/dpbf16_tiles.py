@@ -38,7 +38,6 @@ def _tile_registers(m: int, n: int) -> int:
 
 
 def _applies(s: LogicalSpec, t: Target) -> bool:
-    a, b, c = s.operands
     bdim, m, k, n = s.shape
     return (
         t.fast_dpbf16
