@@ -66,7 +66,8 @@ from morello_build.machine.isa import host_supports
 
 __all__ = ["C_MKL", "C_OPENBLAS", "DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME"]
 __all__ += ["UNFUSED", "PipelineBench"]
-__all__ += ["PipelineCase", "PipelinePeer", "PipelineRow", "bench_pipeline"]
+__all__ += ["PipelineCase", "PipelinePeer", "PipelineRow", "bench_pipeline", "kernel_inputs"]
+__all__ += ["peer_inputs"]
 
 MORELLO = "morello"
 UNFUSED = "unfused (numpy/OpenBLAS)"
@@ -423,18 +424,42 @@ def one_thread() -> Iterator[None]:
             del os.environ[v]
 
 
+def peer_inputs(
+    ins: Sequence[OperandABI], values: Any, offset: int | None
+) -> list[NDArray[np.float32]]:
+    """The inputs in f32 and physical layouts, placed at `offset` if not None."""
+    phys = [to_physical(values[o.name], o.order).astype(np.float32) for o in ins]
+    return phys if offset is None else [placed(a, offset) for a in phys]
+
+
+def kernel_inputs(
+    ins: Sequence[OperandABI],
+    values: Any,
+    phys: Sequence[NDArray[np.float32]],
+    offset: int | None,
+) -> list[NDArray[Any]]:
+    """The kernel's input buffers: the peers' very arrays (`phys`) where its bytes are
+    theirs (f32), its own encoding elsewhere (bf16). With copies of its own, the round
+    robin would alternate two sets of weights through the cache and time evictions, not
+    code (docs/performance.md, "Harness notes")."""
+    bufs: list[NDArray[Any]] = []
+    for a, o in zip(phys, ins):
+        if o.dtype == "f32":
+            bufs.append(a)
+        else:
+            own = to_physical(encode(o.dtype, values[o.name]), o.order)
+            bufs.append(own if offset is None else placed(own, offset))
+    return bufs
+
+
 def _peer_case(
     stages: tuple[str, ...],
     ins: Sequence[OperandABI],
     out: OperandABI,
-    values: Any,
-    offset: int | None,
+    phys: Sequence[NDArray[np.float32]],
 ) -> PipelineCase:
-    """The inputs in f32 and physical layouts (placed at `offset`, if not None); matrices
-    2-D with their transposition."""
-    phys = [to_physical(values[o.name], o.order).astype(np.float32) for o in ins]
-    if offset is not None:
-        phys = [placed(a, offset) for a in phys]
+    """The peers' view of `phys` (from `_peer_inputs`): matrices 2-D with their
+    transposition."""
     inputs = [
         (a.reshape(a.shape[-2:]), bool(o.order) and o.order[-1] != len(o.order) - 1)
         for a, o in zip(phys, ins)  # a scalar has no dims (its buffer is one value)
@@ -476,11 +501,12 @@ def bench_pipeline(
     problem = None if offset is None else array_offset_problem(offset)
     if problem is not None:
         raise ValueError(problem)
-    case = _peer_case(stages, ins, out, values, offset)
-    bufs = [to_physical(encode(o.dtype, values[o.name]), o.order) for o in ins]
+    phys = peer_inputs(ins, values, offset)
+    case = _peer_case(stages, ins, out, phys)
+    bufs = kernel_inputs(ins, values, phys, offset)
     bufs.append(np.full([out.shape[i] for i in out.order], np.nan, dtype=np.float32))
     if offset is not None:
-        bufs = [placed(b, offset) for b in bufs]
+        bufs[-1] = placed(bufs[-1], offset)
     with tempfile.TemporaryDirectory(prefix="morello-pipeline-bench-") as tmp:
         flags = kernel_compile_flags(kernel)
         so = build_shared_library(

@@ -14,7 +14,7 @@ import pytest
 
 from morello_build.api import pipeline_spec_text, synthesize_kernel
 from morello_build.codegen.abi import GeneratedKernel
-from morello_build.harness.arrays import placed
+from morello_build.harness.arrays import decode, from_physical, placed
 from morello_build.harness.bench import BenchError
 from morello_build.harness.peer_registry import find_mkl, find_onednn, find_openblas
 from morello_build.harness.pipeline_bench import (
@@ -29,8 +29,11 @@ from morello_build.harness.pipeline_bench import (
     PipelineCase,
     PipelinePeer,
     bench_pipeline,
+    kernel_inputs,
+    peer_inputs,
     plan_unfused,
 )
+from morello_build.harness.pipeline_reference import pipeline_inputs
 from morello_build.harness.row_peers import PyImpl
 from morello_build.ir.spec import compose_stages
 from morello_build.machine.isa import host_supports
@@ -194,3 +197,32 @@ def test_placed_arrays_start_where_asked_and_keep_their_values() -> None:
         a = placed(values, offset)
         assert a.ctypes.data % 64 == offset and a.flags.c_contiguous
         np.testing.assert_array_equal(a, values)
+
+
+@pytest.mark.parametrize("case", ["relu", "gelu_wT", "bf16_silu_col"])
+@pytest.mark.parametrize("offset", [None, 16])
+def test_the_kernel_reads_the_peers_arrays_where_its_bytes_are_theirs(
+    case: str, offset: int | None
+) -> None:
+    """An f32 input is the very array the peers read (a copy of its own would make the
+    round robin alternate two sets of weights through the cache); a bf16 one is the
+    kernel's own encoding of the same values, placed as asked."""
+    ins = [o for o in _kernel(case).abi.operands if o.is_input]
+    values = pipeline_inputs(
+        _kernel(case).abi.op,
+        {o.name: o.shape for o in ins},
+        {o.name: o.dtype for o in ins},
+        np.random.default_rng(0),
+    )
+    phys = peer_inputs(ins, values, offset)
+    bufs = kernel_inputs(ins, values, phys, offset)
+    assert len(bufs) == len(ins)
+    for buf, peer, o in zip(bufs, phys, ins):
+        if offset is not None:
+            assert buf.ctypes.data % 64 == offset
+        if o.dtype == "f32":
+            assert buf is peer
+            continue
+        assert not np.shares_memory(buf, peer)
+        got = decode(o.dtype, from_physical(buf, o.order))
+        np.testing.assert_array_equal(got, from_physical(peer, o.order))
