@@ -140,6 +140,12 @@ def pipeline_spec_text(
     if MATMUL in stages:
         dims.insert(0, 1)
     shape = "x".join(map(str, dims))
+    twice = next((name for name in operands if operands.count(name) > 1), None)
+    if twice is not None:
+        raise SpecError(
+            f"{expr!r}: input {twice!r} is used twice; the kernel takes each input once "
+            "(declare another input for the second use and pass the same array to both)"
+        )
     unused = [name for name in inputs if name not in operands]
     if unused:
         raise SpecError(f"{expr!r}: input {unused[0]!r} is declared but not used")

@@ -38,7 +38,8 @@ SPEC_HELP = (
     "--layout-b, --accumulate), or an operation on rows: 'softmax ROWSxN' (along each row), "
     "'relu', 'gelu' (erf form), 'gelu_tanh', 'silu' or 'exp' ROWSxN (x f32 or bf16 with "
     "--dtype, out f32), 'max' or 'sum' ROWSxN (one value per row, out[ROWS]), or 'add_row', "
-    "'mul_row' (b[N] broadcast over the rows), 'add_col', 'mul_col' (b[ROWS]) ROWSxN; "
+    "'mul_row' (b[N] broadcast over the rows), 'add_col', 'mul_col' (b[ROWS]), 'add', 'mul' "
+    "(b[ROWS, N], like x) ROWSxN; "
     "or a pipeline expression with --inputs, e.g. 'gelu(x @ w + b)' --inputs "
     "x=64x768,w=768x3072,b=3072 (docs/pipelines.md)"
 )

@@ -244,7 +244,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "--spec",
         help="synthesize this Spec instead of a config's kernels: the text form or the "
         "shorthand 'matmul MxKxN [--dtype bf16] [--layout-b col] [--accumulate]' or "
-        "'softmax|relu|gelu|gelu_tanh|silu|exp|max|sum|add_row|add_col|mul_row|mul_col ROWSxN "
+        "'softmax|relu|gelu|gelu_tanh|silu|exp|max|sum|add_row|add_col|mul_row|mul_col|add|mul ROWSxN "
         "[--dtype bf16]'",
     )
     p.add_argument(

@@ -511,7 +511,7 @@ def _declaration(
 
 def decl_operands(decl: KernelDecl) -> tuple[OperandABI, ...]:
     """The C operands a kernel built from `decl` must have: (lhs, rhs, out) of a matmul,
-    (x, out) of a row op, (x, b, out) of a broadcast one (b f32, `[n]` or `[rows]`), a
+    (x, out) of a row op, (x, b, out) of a broadcast one (b f32, `[n]`, `[rows]` or like x), a
     pipeline's inputs as declared (names and shapes; the matrix inputs of `dtype`, vectors
     f32) then out, f32 `[rows, n]`.
 

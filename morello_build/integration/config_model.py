@@ -54,7 +54,7 @@ def row_params(op: str) -> tuple[str, ...]:
 
 def row_operand_shapes(op: str, rows: int, n: int) -> tuple[tuple[int, ...], ...]:
     """Shapes of row op `op`'s operands (as `row_params`): x and out are `[rows, n]`, the b
-    of a broadcast op `[n]` (`*_row`) or `[rows]` (`*_col`)."""
+    of a broadcast op `[n]` (`*_row`), `[rows]` (`*_col`) or `[rows, n]` (`add`, `mul`)."""
     return tuple(tuple((rows, n)[d] for d in dims) for dims in ROW_KINDS[ROW_SHORTHANDS[op]].dims)
 
 
@@ -62,7 +62,7 @@ def row_operand_shapes(op: str, rows: int, n: int) -> tuple[tuple[int, ...], ...
 #: shorthand names (`gelu` is the erf form).
 ROW_OPS: tuple[str, ...] = tuple(ROW_SHORTHANDS)
 #: Row ops with a second input b (f32), broadcast: `[n]` over the rows (`*_row`, a bias) or
-#: `[rows]` along each row (`*_col`).
+#: `[rows]` along each row (`*_col`); or `[rows, n]` like x (`add`, `mul`).
 BROADCAST_OPS: tuple[str, ...] = tuple(op for op in ROW_OPS if row_params(op) == ("x", "b", "out"))
 OPS: tuple[str, ...] = ("matmul", *ROW_OPS)
 #: The `op` of a kernel declared by `expr` (a pipeline); not a value `op` may take.
@@ -397,7 +397,8 @@ _EXPR_DOC = (
     '`inputs` as numpy writes it, e.g. `"gelu(x @ w + b)"`: a product of two input matrices '
     "(`x @ w`, or `x @ w.T`) or an input matrix, then any of "
     + ", ".join(f"`{f}`" for f in FUNCTIONS)
-    + ", `+` or `*` with a bias `[n]` or a column `[rows, 1]`, and `@` by another input "
+    + ", `+` or `*` with a bias `[n]`, a column `[rows, 1]` or a matrix `[rows, n]` (a "
+    "residual, a gate), and `@` by another input "
     "matrix; out is f32 `[rows, n]` (docs/configuration.md#pipelines, docs/pipelines.md)"
 )
 _OP_DOC = (
@@ -406,7 +407,7 @@ _OP_DOC = (
     '`"gelu_tanh"`, `"silu"`, `"exp"`; a reduction of each row to an f32 `[rows]` out: '
     '`"max"`, `"sum"`; or x + b, x * b with an f32 b broadcast: `"add_row"`, '
     '`"mul_row"` (b is `[n]`, one value per column, e.g. a bias), `"add_col"`, `"mul_col"` '
-    "(b is `[rows]`, one value per row)"
+    '(b is `[rows]`, one value per row), `"add"`, `"mul"` (b is `[rows, n]`, like x)'
 )
 _TARGET_EXPECTED = f"one of {quoted(TARGETS)} or a list of them"
 _TARGET_DOC = (

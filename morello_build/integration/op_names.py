@@ -4,12 +4,14 @@ the Spec kinds they mean; below both `config_model` and `shorthand`, which read 
 from __future__ import annotations
 
 from morello_build.ir.spec import (
+    ADD,
     ADD_COL,
     ADD_ROW,
     EXP,
     GELU_ERF,
     GELU_TANH,
     MAX,
+    MUL,
     MUL_COL,
     MUL_ROW,
     RELU,
@@ -32,6 +34,8 @@ ROW_SHORTHANDS: dict[str, str] = {
     "add_col": ADD_COL,
     "mul_row": MUL_ROW,
     "mul_col": MUL_COL,
+    "add": ADD,
+    "mul": MUL,
     "max": MAX,
     "sum": SUM,
 }

@@ -208,6 +208,8 @@ _ROW_WHAT = {
     "mul_row": "out = x * b (every row multiplied by b[n] elementwise)",
     "add_col": "out = x + b[:, None] (b[i] added to row i)",
     "mul_col": "out = x * b[:, None] (row i multiplied by b[i])",
+    "add": "out = x + b (b[rows, n] like x, e.g. a residual)",
+    "mul": "out = x * b (b[rows, n] like x, elementwise)",
     "max": "out = x.max(axis=1) (the largest value of each row; NaN if the row has one)",
     "sum": "out = x.sum(axis=1) (each row's sum, accumulated in float32)",
 }

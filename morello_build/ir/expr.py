@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from morello_build.errors import SpecError
 from morello_build.ir.spec import (
+    ADD,
     ADD_COL,
     ADD_ROW,
     ADD_SCALAR,
@@ -29,6 +30,7 @@ from morello_build.ir.spec import (
     GELU_ERF,
     GELU_TANH,
     MATMUL,
+    MUL,
     MUL_COL,
     MUL_ROW,
     MUL_SCALAR,
@@ -45,7 +47,10 @@ FUNCTIONS: dict[str, str] = {
 }
 
 _LATER_T = ".T is only supported on the first product's right side (x @ w.T @ v)"
-_TWO_MATRICES = "combines two matrices; one side must be a bias vector [n] or a column [rows, 1]"
+_TWO_MATRICES = (
+    "combines two computed values; one side must be an input: a bias vector [n], a column "
+    "[rows, 1] or a matrix of the other side's shape"
+)
 _TRANSPOSE = ".T (transpose) is only supported on an input right of @, as in x @ w.T"
 _BAD_CHAR = {
     ".": "unexpected '.'; the only attribute supported is .T",
@@ -90,7 +95,8 @@ class Chain:
 
     def matrices(self) -> tuple[str, ...]:
         """The inputs a pipeline's `dtype` applies to: the head's (a product's two, or the
-        first stage's x) and every later product's matrix; vectors and scalars stay f32."""
+        first stage's x) and every later product's matrix; vectors, scalars and a matrix
+        added or multiplied elementwise stay f32."""
         later = (s.operand for s in self.stages if s.kind == MATMUL and s.operand is not None)
         return (*self.head[1:], *later)
 
@@ -332,12 +338,19 @@ class _Parser:
         return replace(run.then(stage, (run.span[0], rhs.span[1])), shape=(m, n), mm_col=tok.col)
 
     def combine(self, tok: _Tok, left: _Value, right: _Value) -> _Run:
-        """``left op right``: one side is the running value, the other an input vector
-        broadcast like numpy (a row [n], or a column [rows, 1] against a matrix); the
-        operators commute, so either order works."""
+        """``left op right``: one side is the running value, the other an input broadcast
+        like numpy (a row [n], a column [rows, 1] against a matrix, or a matrix of the same
+        shape: a residual, a gate); the operators commute, so either order works."""
         both = self.text[left.span[0] : right.span[1]]
         pair = self.broadcast(left, right) or self.broadcast(right, left)
         if pair is None:
+            if isinstance(left, _Ref) and isinstance(right, _Ref):
+                (a, b), (c, d) = self.inputs[left.name], self.inputs[right.name]
+                raise ExprError(
+                    f"{both}: {left.name} is {a}x{b} but {right.name} is {c}x{d}; two input "
+                    "matrices combine only with the same shape (or one side a column [rows, 1])",
+                    tok.col,
+                )
             raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
         run, vec = self.run(pair[0]), pair[1]
         vs = self.inputs[vec.name]
@@ -345,8 +358,17 @@ class _Parser:
             kind = ADD_SCALAR if tok.kind == "+" else MUL_SCALAR
             return run.then(Stage(kind, vec.name), (left.span[0], right.span[1]))
         (rows, cols), row = run.shape, len(vs) == 1
-        if not row and vs[1] != 1:
-            raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
+        if not row and vs[1] != 1:  # a matrix: elementwise, nothing to broadcast
+            if tuple(vs) != (rows, cols):
+                where = f"{self.src(run)} is {rows}x{cols}"
+                raise ExprError(
+                    f"'{vec.name}' is {vs[0]}x{vs[1]} but {where}; {both} needs a matrix of the "
+                    f"same shape, a bias vector [{cols}] or a column [{rows}, 1]",
+                    vec.col,
+                )
+            return run.then(
+                Stage(ADD if tok.kind == "+" else MUL, vec.name), (left.span[0], right.span[1])
+            )
         if vs[0] != (cols if row else rows):
             need = f"a row vector needs {cols} elements" if row else f"a column needs {rows} rows"
             where = f"{self.src(run)} is {rows}x{cols}"
@@ -356,13 +378,16 @@ class _Parser:
 
     def broadcast(self, base: _Value, vec: _Value) -> tuple[_Value, _Ref] | None:
         """``(base, vec)`` if `vec` can be the broadcast side of ``base op vec``: an input
-        [n], or an input [rows, 1] against a matrix (the sizes are checked afterwards)."""
+        [n], an input [rows, 1] against a matrix, or against a computed value any input
+        (the sizes are checked afterwards). Of two input matrices, the left is the running
+        value (``x + r``)."""
         if not isinstance(vec, _Ref):
             return None
         vs = self.inputs[vec.name]
         if isinstance(base, _Run) or len(vs) == 1:
             return base, vec
-        return (base, vec) if vs[1] == 1 and len(self.inputs[base.name]) == 2 else None
+        bs = self.inputs[base.name]
+        return (base, vec) if len(bs) == 2 and (vs[1] == 1 or tuple(vs) == tuple(bs)) else None
 
 
 def parse_chain(text: str, inputs: Mapping[str, tuple[int, ...]]) -> Chain:
@@ -396,7 +421,7 @@ def chain_text(chain: Chain) -> str:
             text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}", False
         elif stage.operand is None:
             text, is_sum = f"{stage.kind}({text})", False
-        elif stage.kind in (ADD_ROW, ADD_COL, ADD_SCALAR):
+        elif stage.kind in (ADD_ROW, ADD_COL, ADD_SCALAR, ADD):
             text, is_sum = f"{text} + {stage.operand}", True
         else:
             text, is_sum = f"{f'({text})' if is_sum else text} * {stage.operand}", False

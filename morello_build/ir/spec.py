@@ -61,6 +61,8 @@ MUL_ROW = "mul_row"
 MUL_COL = "mul_col"
 ADD_SCALAR = "add_scalar"
 MUL_SCALAR = "mul_scalar"
+ADD = "add"
+MUL = "mul"
 
 IN, OUT, INOUT = "in", "out", "inout"
 #: Roles of an accumulating reduction's reduced outputs (OUT when not accumulating).
@@ -82,8 +84,9 @@ class RowKind(NamedTuple):
 
 UNARY_KINDS = (RELU, GELU_TANH, GELU_ERF, SILU, EXP)
 #: x (+ or *) b, b broadcast: a row vector `[n]` over the rows (`_ROW` kinds, e.g. a bias),
-#: a column vector `[rows]` along each row, or one value `[]` (e.g. attention's scale).
-BROADCAST_KINDS = (ADD_ROW, ADD_COL, MUL_ROW, MUL_COL, ADD_SCALAR, MUL_SCALAR)
+#: a column vector `[rows]` along each row, one value `[]` (e.g. attention's scale), or
+#: nothing to broadcast: b is `[rows, n]` like x (a residual, or a gate).
+BROADCAST_KINDS = (ADD_ROW, ADD_COL, MUL_ROW, MUL_COL, ADD_SCALAR, MUL_SCALAR, ADD, MUL)
 #: The broadcasts of one value: pipeline stages only (a user declares them in expressions).
 SCALAR_KINDS = (ADD_SCALAR, MUL_SCALAR)
 _BROADCAST = {
@@ -93,6 +96,8 @@ _BROADCAST = {
     MUL_COL: ("MulCol", (0,)),
     ADD_SCALAR: ("AddScalar", ()),
     MUL_SCALAR: ("MulScalar", ()),
+    ADD: ("Add", (0, 1)),
+    MUL: ("Mul", (0, 1)),
 }
 _UNARY_NAMES = {RELU: "Relu", GELU_TANH: "GeluTanh", GELU_ERF: "GeluErf", SILU: "Silu", EXP: "Exp"}
 
@@ -205,7 +210,7 @@ class ComposeDims(NamedTuple):
     stages become are batched); then the rows, the head Matmul's k, and one column dim per
     Matmul (each later one multiplies the running value by a new ``[cols, n]`` input), or
     for an elementwise head the columns of its input. `operands` are the spec dims of each
-    operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``,
+    operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``, a ``[rows, n]`` matrix,
     or a Matmul's rhs ``[1, cols, n]``), the output ``[rows, last cols]``.
     """
 
@@ -234,7 +239,7 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
     cols = [col]
     for i, k in enumerate(stages):
         if k in BROADCAST_KINDS:
-            ops.append({(1,): (col,), (0,): (rows,), (): ()}[_BROADCAST[k][1]])
+            ops.append({(1,): (col,), (0,): (rows,), (): (), (0, 1): (rows, col)}[_BROADCAST[k][1]])
         elif k == MATMUL and i > 0:
             ops.append((0, col, nxt))
             col, nxt = nxt, nxt + 1

@@ -24,6 +24,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import (
+    ADD,
     ADD_COL,
     ADD_ROW,
     ADD_SCALAR,
@@ -544,8 +545,9 @@ def _elementwise_tail(
 
 
 #: Broadcasts that add; and those whose b is one value for the row (this row's entry of a
-#: column, or the scalar), passed to the row function as a float.
-_ADDS = (ADD_ROW, ADD_COL, ADD_SCALAR)
+#: column, or the scalar), passed to the row function as a float (the others pass a row:
+#: the row vector, or b's own row for `add` and `mul`).
+_ADDS = (ADD_ROW, ADD_COL, ADD_SCALAR, ADD)
 _ONE_VALUE = (ADD_COL, MUL_COL, ADD_SCALAR, MUL_SCALAR)
 
 

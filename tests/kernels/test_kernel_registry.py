@@ -74,6 +74,8 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
         {"RowMulRow"},
     ),
     ("avx2", "generic", "MulCol(2x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowMulCol"}),
+    ("avx512", "generic", "Add(3x40, f32:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowAdd"}),
+    ("x86-64", "generic", "Mul(2x64, bf16:GL:row, f32:GL:row, f32:GL:row, serial)", {"RowMul"}),
     ("avx2", "generic", "Sum(2x64, f32:GL:row, f32:GL:row, serial)", {"RowSum"}),
     # one value for the whole tensor (a pipeline's `* s` with s declared [1])
     (

@@ -74,6 +74,10 @@ PIPELINES = [
     # A scalar input (shape [1] declared, one value in the Spec): attention's scale.
     _text("Matmul,MulScalar,Softmax,Matmul", "1x16x32x64x24", F, "f32:GL:col", F, F, F),
     _text("AddScalar,Relu", "5x19", F, F, F),
+    # A matrix like the running value, elementwise: a residual, a gate (before a product).
+    _text("Matmul,AddRow,Relu,Add", "1x7x37x30", F, F, F, F, F),
+    _text("Matmul,Mul,Matmul", "1x5x24x40x12", F, F, F, F, F),
+    _text("Mul,Add", "5x19", F, F, F, F),
 ]
 
 #: bf16 matrices everywhere, later products included: the running f32 value times a bf16
@@ -82,6 +86,7 @@ BF16_PIPELINES = [
     _text("Matmul,MulScalar,Softmax,Matmul", "1x16x32x64x24", B, "bf16:GL:col", F, B, F),
     _text("Matmul,AddRow,Relu,Matmul", "1x7x32x24x10", B, B, F, B, F),
     _text("Matmul,Matmul", "1x9x16x20x12", B, B, B, F),
+    _text("Matmul,Silu,Mul,Matmul", "1x3x32x48x16", B, B, F, B, F),  # a gate stays f32
 ]
 
 
@@ -126,6 +131,8 @@ def test_scalar_target_pipelines_match_numpy(text: str) -> None:
         (_text("Matmul,AddRow,Relu", "1x8x16x16", F, F, F, F), "matmul+add_row+gelu_erf"),
         # x * s checked as x + s: the scalar reaches the kernel and the reference
         (_text("AddCol,MulScalar", "8x16", F, F, F, F), "add_col+add_scalar"),
+        # a gate checked as a residual: the matrix reaches the kernel row by row
+        (_text("Matmul,Mul", "1x8x16x24", F, F, F, F), "matmul+add"),
     ],
 )
 def test_verification_fails_for_the_wrong_pipeline(text: str, checked_as: str) -> None:

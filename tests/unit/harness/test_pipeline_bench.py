@@ -56,6 +56,12 @@ CASES: dict[str, tuple[str, dict[str, tuple[int, ...]], str]] = {
         {"q": (8, 16), "k": (24, 16), "s": (1,), "v": (24, 8)},
         "f32",
     ),
+    "residual": (
+        "relu(x @ w + b) + r",
+        {"x": (8, 32), "w": (32, 48), "b": (48,), "r": (8, 48)},
+        "f32",
+    ),
+    "gated": ("(x @ w * g) @ v", {"x": (4, 16), "w": (16, 24), "g": (4, 24), "v": (24, 8)}, "f32"),
 }
 #: Cases this checkout's pipelines cannot express yet (products after the head).
 UNSUPPORTED = {"two_products"} if compose_stages("matmul+relu+matmul") is None else set()
@@ -72,6 +78,7 @@ def _kernel(case: str) -> GeneratedKernel:
 NOT_ONE_PRIMITIVE = {
     "two_products": "two products are two oneDNN primitives (not one fused call)",
     "scaled_attention": "two products are two oneDNN primitives (not one fused call)",
+    "gated": "two products are two oneDNN primitives (not one fused call)",
 }
 
 

@@ -182,7 +182,14 @@ def test_broadcast_ops_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("op", "kind"),
-    [("add_row", "AddRow"), ("add_col", "AddCol"), ("mul_row", "MulRow"), ("mul_col", "MulCol")],
+    [
+        ("add_row", "AddRow"),
+        ("add_col", "AddCol"),
+        ("mul_row", "MulRow"),
+        ("mul_col", "MulCol"),
+        ("add", "Add"),
+        ("mul", "Mul"),
+    ],
 )
 def test_every_broadcast_op_means_its_shorthand(tmp_path: Path, op: str, kind: str) -> None:
     from morello_build.integration.shorthand import expand_spec
@@ -462,7 +469,7 @@ CASES: list[tuple[str, str, str]] = [
         "bad_op",
         K + 'shape = [1, 2, 3]\nop = "conv"\n',
         f'{P} "mm1": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
-        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "max", "sum", '
+        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "add", "mul", "max", "sum", '
         'got "conv"',
     ),
     # Row operations (issue 35): shape [rows, n], dtype of x, no matmul-only keys.
@@ -558,7 +565,7 @@ CASES: list[tuple[str, str, str]] = [
         "broadcast_misspelt",
         B.replace("add_row", "add_rows") + "shape = [8, 512]\n",
         f'{P} "bias": op: expected one of "matmul", "softmax", "relu", "gelu", "gelu_erf", '
-        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "max", "sum", '
+        '"gelu_tanh", "silu", "exp", "add_row", "add_col", "mul_row", "mul_col", "add", "mul", "max", "sum", '
         'got "add_rows"',
     ),
     # Pipelines (issue 36): expr over inputs, instead of op and shape.

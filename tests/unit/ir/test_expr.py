@@ -26,6 +26,7 @@ INPUTS: dict[str, tuple[int, ...]] = {
     "v": (768, 10),
     "s": (3072,),
     "b10": (10, 5),
+    "r": (64, 768),  # a matrix like x (a residual)
 }
 XW = ("matmul", "x", "w")
 
@@ -76,6 +77,24 @@ ACCEPTED = [
         chain(("input", "y"), Stage(sp.ADD_COL, "c"), Stage(sp.GELU_ERF, None), used="cy"),
     ),
     ("c + y", chain(("input", "y"), Stage(sp.ADD_COL, "c"), used="cy")),
+    # A matrix of the running value's shape: elementwise, nothing broadcast.
+    ("x @ w + y", chain(XW, Stage(sp.ADD, "y"), used="xwy")),
+    ("y + x @ w", chain(XW, Stage(sp.ADD, "y"), used="xwy")),
+    (
+        "relu(x @ w + b) * y",
+        chain(XW, Stage(sp.ADD_ROW, "b"), Stage(sp.RELU, None), Stage(sp.MUL, "y"), used="xwby"),
+    ),
+    (
+        "(x @ w * y) @ wt",
+        chain(
+            XW,
+            Stage(sp.MUL, "y"),
+            Stage(sp.MATMUL, "wt"),
+            shape=(64, 768),
+            used=("x", "w", "wt", "y"),
+        ),
+    ),
+    ("x + r", chain(("input", "x"), Stage(sp.ADD, "r"), shape=(64, 768), used="xr")),
     ("y * s", chain(("input", "y"), Stage(sp.MUL_ROW, "s"), used="ys")),
     ("s * y", chain(("input", "y"), Stage(sp.MUL_ROW, "s"), used="ys")),
     ("gelu_erf(x @ w)", chain(XW, Stage(sp.GELU_ERF, None), used="xw")),
@@ -165,16 +184,16 @@ def test_expr_error_is_a_spec_error_with_its_column() -> None:
 REJECTED = [
     ("gleu(x @ w + b)", 1, "unknown function 'gleu'; did you mean 'gelu'?"),
     ("frobnicate(x @ w)", 1, "unknown function 'frobnicate'"),
-    ("relu(x @ w + q)", 14, "unknown input 'q' (declared: x, w, b, wt, c, y, v, s, b10)"),
+    ("relu(x @ w + q)", 14, "unknown input 'q' (declared: x, w, b, wt, c, y, v, s, b10, r)"),
     ("x @ w @ v", 7, "x @ w @ v: x @ w is 64x3072 but v is 768x10; the inner dimensions"),
     ("(x @ w) @ v", 9, "the inner dimensions 3072 and 768 differ"),
-    ("x @ w + x @ v", 7, "combines two matrices"),
+    ("x @ w + x @ v", 7, "combines two computed values; one side must be an input"),
     ("x @ relu(x)", 3, "relu(x) is computed, not an input; the right side of @ must be an"),
     ("relu(x @ w) @ wt.T", 13, ".T is only supported on the first product's right side"),
-    ("x + y", 3, "x + y combines two matrices; one side must be a bias vector [n] or a column"),
-    ("x * x", 3, "x * x combines two matrices"),
-    ("x @ w + y", 7, "x @ w + y combines two matrices"),
-    ("relu(y) + relu(y)", 9, "combines two matrices"),
+    ("x + y", 3, "x + y: x is 64x768 but y is 64x3072; two input matrices combine only with"),
+    ("x @ w * x", 9, "'x' is 64x768 but x @ w is 64x3072; x @ w * x needs a matrix of the same"),
+    ("relu(y) + relu(y)", 9, "combines two computed values"),
+    ("relu(x @ w) * (x @ w)", 13, "combines two computed values"),
     ("x @ w - b", 7, "subtraction is not supported yet"),
     ("-x @ w", 1, "unary minus is not supported yet"),
     ("x @ -w", 5, "unary minus is not supported yet"),
@@ -184,8 +203,8 @@ REJECTED = [
     ("   ", 0, "the expression is empty"),
     ("x @ wt", 3, "x @ wt: x is 64x768 but wt is 3072x768; the inner dimensions 768 and 3072"),
     ("x @ w.T", 3, "x @ w.T: x is 64x768 but w.T is 3072x768; the inner dimensions 768 and 3072"),
-    ("x @ w + s + c + y", 15, "combines two matrices"),
-    ("y * v", 3, "combines two matrices"),
+    ("x @ w + s + c + v", 17, "'v' is 768x10 but x @ w + s + c is 64x3072"),
+    ("y * v", 3, "y * v: y is 64x3072 but v is 768x10"),
     ("x.T", 2, ".T (transpose) is only supported on an input right of @"),
     ("x.T @ w", 2, ".T (transpose)"),
     ("x @ w.T.T", 8, ".T (transpose)"),
@@ -287,6 +306,10 @@ ROUND_TRIP = [
     ("x @ v", "x @ v"),
     ("relu(relu(x @ w))", "relu(relu(x @ w))"),
     ("gelu(y)", "gelu_erf(y)"),
+    ("y + x @ w", "x @ w + y"),
+    ("(x @ w + y) * s", "(x @ w + y) * s"),
+    ("(x @ w * y) @ wt", "x @ w * y @ wt"),
+    ("r * x", "r * x"),  # of two inputs, the left is the running value
 ]
 
 
