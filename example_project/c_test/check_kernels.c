@@ -182,7 +182,7 @@ static void q_proj_ref(const double *const *in, double *out)
             out[i * 16 + j] *= in[2][0];
 }
 
-/* attn_out = softmax(q @ k.T) @ v @ wo (all [16, 16]) */
+/* attn_out = softmax(q @ k.T) @ v @ wo + x (all [16, 16]) */
 static void attn_out_ref(const double *const *in, double *out)
 {
     double s[256], p[256];
@@ -199,6 +199,8 @@ static void attn_out_ref(const double *const *in, double *out)
     }
     matmul_d(s, in[2], p, 16, 16, 16, 0);
     matmul_d(p, in[3], out, 16, 16, 16, 0);
+    for (i = 0; i < 256; i++)
+        out[i] += in[4][i];
 }
 
 /* mlp = gelu(h @ w1 + b1) @ w2 + b2 (h [16, 16], w1 [16, 64], b1 [64], w2 [64, 16], b2 [16]) */
@@ -226,7 +228,7 @@ static void run_proj(const void *a, const void *b, float *c) { proj(a, b, c); }
 static void run_q_proj(const float *const *in, float *out) { q_proj(in[0], in[1], in[2], out); }
 static void run_attn_out(const float *const *in, float *out)
 {
-    attn_out(in[0], in[1], in[2], in[3], out);
+    attn_out(in[0], in[1], in[2], in[3], in[4], out);
 }
 static void run_mlp(const float *const *in, float *out)
 {
@@ -245,11 +247,11 @@ int main(void)
         /* the transformer block's kernels; tolerances as the Python tests': 1e-6 per unit
          * of each product's reduction (16 at least) */
         static const int q_proj_in[] = {16 * 16, 16 * 16, 1};
-        static const int attn_in[] = {16 * 16, 16 * 16, 16 * 16, 16 * 16};
+        static const int attn_in[] = {16 * 16, 16 * 16, 16 * 16, 16 * 16, 16 * 16};
         static const int mlp_in[] = {16 * 16, 16 * 64, 64, 64 * 16, 16};
         fails += check_pipeline("q_proj", 3, q_proj_in, 16, 16, 16e-6, run_q_proj, q_proj_ref);
         fails += check("proj", 16, 16, 16, 0, run_proj);
-        fails += check_pipeline("attn_out", 4, attn_in, 16, 16, 48e-6, run_attn_out,
+        fails += check_pipeline("attn_out", 5, attn_in, 16, 16, 48e-6, run_attn_out,
                                 attn_out_ref);
         fails += check_pipeline("mlp", 5, mlp_in, 16, 16, 128e-6, run_mlp, mlp_ref);
     }

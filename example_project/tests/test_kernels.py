@@ -34,7 +34,7 @@ def test_all_declared_kernels_present() -> None:
     assert set(ROW_NAMES) == {"softmax_rows", "gelu_rows"}
     assert set(PIPELINE_NAMES) == {"q_proj", "attn_out", "mlp"}
     assert INFO["softmax_rows"]["op"] == "softmax" and INFO["gelu_rows"]["op"] == "gelu"
-    assert INFO["attn_out"]["expr"] == "softmax(q @ k.T) @ v @ wo"
+    assert INFO["attn_out"]["expr"] == "softmax(q @ k.T) @ v @ wo + x"
     assert list(INFO["mlp"]["inputs"]) == ["h", "w1", "b1", "w2", "b2"]  # the argument order
 
 

@@ -43,7 +43,11 @@ SYNTH_WORDS = {
     "gelu_rows": ["gelu", "16x256"],
     "q_proj": ["x @ w * s", "--inputs", "x=16x16,w=16x16,s=1"],
     "proj": ["matmul", "16x16x16"],
-    "attn_out": ["softmax(q @ k.T) @ v @ wo", "--inputs", "q=16x16,k=16x16,v=16x16,wo=16x16"],
+    "attn_out": [
+        "softmax(q @ k.T) @ v @ wo + x",
+        "--inputs",
+        "q=16x16,k=16x16,v=16x16,wo=16x16,x=16x16",
+    ],
     "mlp": ["gelu(h @ w1 + b1) @ w2 + b2", "--inputs", "h=16x16,w1=16x64,b1=64,w2=64x16,b2=16"],
 }
 

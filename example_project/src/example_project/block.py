@@ -73,7 +73,7 @@ def transformer_block(x: np.ndarray, p: Params) -> np.ndarray:
 
         q = x @ wq / sqrt(16)                        # q_proj
         k = x @ wk; v = x @ wv                       # proj
-        h = x + softmax(q @ k.T) @ v @ wo            # attn_out: one head, no mask
+        h = softmax(q @ k.T) @ v @ wo + x            # attn_out: one head, no mask
         out = h + gelu(h @ w1 + b1) @ w2 + b2        # mlp (gelu: erf form)
 
     No layer norm (and no dropout): a pre- or post-norm block would normalize x and h first.
@@ -83,8 +83,7 @@ def transformer_block(x: np.ndarray, p: Params) -> np.ndarray:
     q = q_proj(x, p.wq, ATTN_SCALE)
     k = proj(x, p.wk)
     v = proj(x, p.wv)
-    h = attn_out(q, k, v, p.wo)
-    h += x
+    h = attn_out(q, k, v, p.wo, x)  # the residual added in the kernel
     out = mlp(h, p.w1, p.b1, p.w2, p.b2)
     out += h
     return out

@@ -152,7 +152,7 @@ def _pipelines(gelu_fn: Callable[[np.ndarray], np.ndarray]) -> dict[str, Callabl
     `expr` text the package declares, so a wrong declaration would fail the tests)."""
     return {
         "q_proj": lambda x, w, s: (x @ w) * s,
-        "attn_out": lambda q, k, v, wo: softmax(q @ k.T) @ v @ wo,
+        "attn_out": lambda q, k, v, wo, x: softmax(q @ k.T) @ v @ wo + x,
         "mlp": lambda h, w1, b1, w2, b2: gelu_fn(h @ w1 + b1) @ w2 + b2,
     }
 
