@@ -458,7 +458,7 @@ def _peer_case(
     out: OperandABI,
     phys: Sequence[NDArray[np.float32]],
 ) -> PipelineCase:
-    """The peers' view of `phys` (from `_peer_inputs`): matrices 2-D with their
+    """The peers' view of `phys` (from `peer_inputs`): matrices 2-D with their
     transposition."""
     inputs = [
         (a.reshape(a.shape[-2:]), bool(o.order) and o.order[-1] != len(o.order) - 1)

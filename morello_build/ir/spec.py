@@ -210,8 +210,9 @@ class ComposeDims(NamedTuple):
     stages become are batched); then the rows, the head Matmul's k, and one column dim per
     Matmul (each later one multiplies the running value by a new ``[cols, n]`` input), or
     for an elementwise head the columns of its input. `operands` are the spec dims of each
-    operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``, a ``[rows, n]`` matrix,
-    or a Matmul's rhs ``[1, cols, n]``), the output ``[rows, last cols]``.
+    operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``,
+    a ``[rows, n]`` matrix, or a Matmul's rhs ``[1, cols, n]``), the output
+    ``[rows, last cols]``.
     """
 
     rank: int
