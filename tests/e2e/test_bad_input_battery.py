@@ -653,7 +653,7 @@ def decl_cases() -> list[Case]:
         "accumulate:", must=('"sm"',))  # fmt: skip
     add("decl row op", _decl([row, {**row, "op": '"silu"'}]), "name:", must=("duplicate",))
     # x + b / x * b (b broadcast): declared as the other row ops.
-    for op in ("add_row", "add_col", "mul_row", "mul_col"):
+    for op in ("add_row", "add_col", "mul_row", "mul_col", "add", "mul"):
         bias = {"name": '"bias"', "op": f'"{op}"', "shape": "[8, 64]"}
         for v in ("[8, 64, 2]", "[64]", "[0, 64]", '"8x64"', "[2147483647, 2147483647]"):
             add("decl broadcast op", _decl([{**bias, "shape": v}]), "shape:", must=('"bias"',))
@@ -665,7 +665,7 @@ def decl_cases() -> list[Case]:
                 must=('"bias"', 'op = "matmul" only', f'op = "{op}"'))  # fmt: skip
         add("decl broadcast op", _decl([{**bias, "dtype": '"f16"'}]), "dtype:",
             must=('"bias"', "type of x"))  # fmt: skip
-    for v in ('"add_rows"', '"AddRow"', '"add row"', '"add"', '"bias"'):
+    for v in ('"add_rows"', '"AddRow"', '"add row"', '"plus"', '"bias"'):
         add("decl broadcast op", _decl([{"name": '"bias"', "op": v, "shape": "[8, 64]"}]),
             "op:", must=('"bias"', '"add_row"'))  # fmt: skip
     # Pipelines (issue 36): expr over inputs, instead of op and shape.
