@@ -51,6 +51,11 @@ _TWO_MATRICES = (
     "combines two computed values; one side must be an input: a bias vector [n], a column "
     "[rows, 1] or a matrix of the other side's shape"
 )
+#: A product of two computed values (a gated FFN's silu(x @ w1) * (x @ w3)) takes two kernels.
+_GATE_HINT = (
+    "; to gate, compute one side in a kernel of its own (g = silu(x @ w1)) and declare it "
+    "as an input of this one (x @ w3 * g), docs/pipelines.md"
+)
 _TRANSPOSE = ".T (transpose) is only supported on an input right of @, as in x @ w.T"
 _BAD_CHAR = {
     ".": "unexpected '.'; the only attribute supported is .T",
@@ -351,7 +356,8 @@ class _Parser:
                     "matrices combine only with the same shape (or one side a column [rows, 1])",
                     tok.col,
                 )
-            raise ExprError(f"{both} {_TWO_MATRICES}", tok.col)
+            hint = _GATE_HINT if tok.kind == "*" else ""
+            raise ExprError(f"{both} {_TWO_MATRICES}{hint}", tok.col)
         run, vec = self.run(pair[0]), pair[1]
         vs = self.inputs[vec.name]
         if tuple(vs) == (1,):  # one value, numpy's broadcast of a [1] (e.g. a scale)
