@@ -120,19 +120,16 @@ def pipeline_spec_text(
     rows = chain.shape[0]
     matrices = chain.matrices()  # `dtype` is theirs; a later product widens a bf16 one
     if chain.head[0] == MATMUL:
-        operands = list(chain.head[1:])
         dims = [rows, inputs[chain.head[1]][1]]
         cols = inputs[chain.head[2]][0 if chain.rhs_transposed else 1]
         texts = [f"{dtype}:GL:row", f"{dtype}:GL:{'col' if chain.rhs_transposed else 'row'}"]
     else:
-        operands = [chain.head[1]]
         dims = [rows]
         cols = inputs[chain.head[1]][1]
         texts = [f"{dtype}:GL:row"]
     dims.append(cols)
     for stage in chain.stages:
         if stage.operand is not None:
-            operands.append(stage.operand)
             texts.append(f"{dtype if stage.operand in matrices else 'f32'}:GL:row")
         if stage.kind == MATMUL:
             assert stage.operand is not None
@@ -140,12 +137,10 @@ def pipeline_spec_text(
     if MATMUL in stages:
         dims.insert(0, 1)
     shape = "x".join(map(str, dims))
-    twice = next((name for name in operands if operands.count(name) > 1), None)
-    if twice is not None:
-        raise SpecError(
-            f"{expr!r}: input {twice!r} is used twice; the kernel takes each input once "
-            "(declare another input for the second use and pass the same array to both)"
-        )
+    reused = chain.reused_input()
+    if reused is not None:
+        raise SpecError(f"{expr!r}: {reused}")
+    operands = list(chain.operands())
     unused = [name for name in inputs if name not in operands]
     if unused:
         raise SpecError(f"{expr!r}: input {unused[0]!r} is declared but not used")

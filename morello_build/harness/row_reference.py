@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.ir.spec import ADD, MAX, MUL, SUM, USER_ROW_KINDS
+from morello_build.ir.spec import MAX, SUM, USER_ROW_KINDS, broadcast_dims
 
 U = 2.0**-24  # unit roundoff of f32
 #: The vector math functions' accuracy, relative (2 ulp of a result in [2^e, 2^(e+1))
@@ -162,9 +162,10 @@ def broadcast_operand(op: str, b: Any) -> Any:
     """`b` of broadcast `op` shaped to broadcast against [rows, n] as numpy (or jax)
     does: a row [1, n], a column [rows, 1], one value [1, 1]; `add` and `mul` take b
     [rows, n] as it is."""
-    if op in (ADD, MUL):
+    dims = broadcast_dims(op)
+    if dims == (0, 1):
         return b
-    return b.reshape(1, -1) if op.endswith("_row") else b.reshape(-1, 1)
+    return b.reshape(1, -1) if dims == (1,) else b.reshape(-1, 1)
 
 
 def broadcast_reference(
@@ -172,8 +173,8 @@ def broadcast_reference(
 ) -> tuple[NDArray[Any], NDArray[Any]]:
     """(values, per-element bound) of x + b or x * b, b a row vector (`*_row`: length n,
     the same for every row), a column vector (`*_col`: one value per row), one value
-    (`*_scalar`) or a matrix like x (`add`, `mul`). One f32 rounding: u |exact| (and an underflowed product's half ulp of
-    2^-149)."""
+    (`*_scalar`) or a matrix like x (`add`, `mul`). One f32 rounding: u |exact| (and an
+    underflowed product's half ulp of 2^-149)."""
     bb = broadcast_operand(op, b)
     ref = x + bb if op.startswith("add") else x * bb
     return ref, U * np.abs(ref) + SUBNORMAL_ABS / 2

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from morello_build.harness.compile import compile_object, find_compiler, link
 from morello_build.harness.peer_registry import PeerLib
-from morello_build.ir.spec import ADD, BROADCAST_KINDS, MATMUL, MUL, SCALAR_KINDS
+from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, broadcast_dims
 
 __all__ = ["C_FLAGS", "UnfusedC", "unfused_c", "unfused_c_source"]
 
@@ -144,10 +144,10 @@ def unfused_c_source(
             cur = out
         elif kind in BROADCAST_KINDS:
             op = "+" if kind.startswith("add") else "*"
-            if kind in (ADD, MUL):  # a matrix like the running value
-                at = f"i * {cur.shape[1]} + j"
-            else:
-                at = "0" if kind in SCALAR_KINDS else "j" if kind.endswith("_row") else "i"
+            # b's element for value (i, j): one value, a row's, a column's, or a matrix's
+            at = {(): "0", (1,): "j", (0,): "i", (0, 1): f"i * {cur.shape[1]} + j"}[
+                broadcast_dims(kind)
+            ]
             pending.append(f"v = v {op} {operand}[{at}];")
         elif kind in _ACTIVATIONS:
             pending.append(_ACTIVATIONS[kind])

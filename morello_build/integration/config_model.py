@@ -284,13 +284,6 @@ def _input_names_problem(value: Mapping[str, Any]) -> str | None:
     return None
 
 
-def pipeline_operands(chain: Chain) -> tuple[str, ...]:
-    """The inputs of `chain` in the order its kernel takes them: the matrix product's lhs
-    and rhs (or the first stage's input), then each broadcast stage's vector, in the order
-    the stages apply (what `api.pipeline_spec_text` requires of the declaration order)."""
-    return (*chain.head[1:], *(s.operand for s in chain.stages if s.operand is not None))
-
-
 def _single_op_hint(chain: Chain, inputs: Mapping[str, tuple[int, ...]]) -> str:
     """How to declare the one operation `chain` is, with `op` and `shape`."""
     rows, n = chain.shape
@@ -317,14 +310,10 @@ def _pipeline_problem(values: Mapping[str, Any]) -> Problem:
     except ExprError as exc:
         message = " ".join(exc.message.split())  # one line, even for a multi-line expr
         return (f"expr col {exc.col}" if exc.col else "expr", message)
-    order = pipeline_operands(chain)
-    twice = next((name for name in order if order.count(name) > 1), None)
-    if twice is not None:
-        return (
-            "expr",
-            f"input '{twice}' is used twice; the kernel takes each input once (declare "
-            "another input for the second use and pass the same array to both)",
-        )
+    order = chain.operands()
+    reused = chain.reused_input()
+    if reused is not None:
+        return ("expr", reused)
     unused = [name for name in inputs if name not in order]
     if unused:
         return ("inputs", f"input '{unused[0]}' is not used in expr")

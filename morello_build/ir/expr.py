@@ -24,6 +24,7 @@ from morello_build.errors import SpecError
 from morello_build.ir.spec import (
     ADD,
     ADD_COL,
+    ADD_KINDS,
     ADD_ROW,
     ADD_SCALAR,
     EXP,
@@ -97,6 +98,23 @@ class Chain:
     stages: tuple[Stage, ...]
     shape: tuple[int, int]
     inputs: tuple[str, ...]
+
+    def operands(self) -> tuple[str, ...]:
+        """The inputs in the order the kernel takes them: the head's (a product's lhs and
+        rhs, or the first stage's input), then each later stage's, as the stages apply."""
+        return (*self.head[1:], *(s.operand for s in self.stages if s.operand is not None))
+
+    def reused_input(self) -> str | None:
+        """Why the kernel cannot take these inputs: one used twice (a Spec operand per use,
+        so the declaration would name one argument twice), or None."""
+        order = self.operands()
+        twice = next((name for name in order if order.count(name) > 1), None)
+        if twice is None:
+            return None
+        return (
+            f"input '{twice}' is used twice; the kernel takes each input once (declare "
+            "another input for the second use and pass the same array to both)"
+        )
 
     def matrices(self) -> tuple[str, ...]:
         """The inputs a pipeline's `dtype` applies to: the head's (a product's two, or the
@@ -427,7 +445,7 @@ def chain_text(chain: Chain) -> str:
             text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}", False
         elif stage.operand is None:
             text, is_sum = f"{stage.kind}({text})", False
-        elif stage.kind in (ADD_ROW, ADD_COL, ADD_SCALAR, ADD):
+        elif stage.kind in ADD_KINDS:
             text, is_sum = f"{text} + {stage.operand}", True
         else:
             text, is_sum = f"{f'({text})' if is_sum else text} * {stage.operand}", False

@@ -89,6 +89,8 @@ UNARY_KINDS = (RELU, GELU_TANH, GELU_ERF, SILU, EXP)
 BROADCAST_KINDS = (ADD_ROW, ADD_COL, MUL_ROW, MUL_COL, ADD_SCALAR, MUL_SCALAR, ADD, MUL)
 #: The broadcasts of one value: pipeline stages only (a user declares them in expressions).
 SCALAR_KINDS = (ADD_SCALAR, MUL_SCALAR)
+#: The broadcasts that add (the others multiply).
+ADD_KINDS = (ADD_ROW, ADD_COL, ADD_SCALAR, ADD)
 _BROADCAST = {
     ADD_ROW: ("AddRow", (1,)),
     ADD_COL: ("AddCol", (0,)),
@@ -99,6 +101,14 @@ _BROADCAST = {
     ADD: ("Add", (0, 1)),
     MUL: ("Mul", (0, 1)),
 }
+
+
+def broadcast_dims(kind: str) -> tuple[int, ...]:
+    """Which dims of the `[rows, n]` value a broadcast `kind`'s b spans: (1,) a row vector,
+    (0,) a column, () one value, (0, 1) a matrix like the value."""
+    return _BROADCAST[kind][1]
+
+
 _UNARY_NAMES = {RELU: "Relu", GELU_TANH: "GeluTanh", GELU_ERF: "GeluErf", SILU: "Silu", EXP: "Exp"}
 
 _XMDO = ("x", "max", "denom", "out")
@@ -240,7 +250,7 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
     cols = [col]
     for i, k in enumerate(stages):
         if k in BROADCAST_KINDS:
-            ops.append({(1,): (col,), (0,): (rows,), (): (), (0, 1): (rows, col)}[_BROADCAST[k][1]])
+            ops.append(tuple((rows, col)[d] for d in broadcast_dims(k)))
         elif k == MATMUL and i > 0:
             ops.append((0, col, nxt))
             col, nxt = nxt, nxt + 1

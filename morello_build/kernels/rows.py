@@ -24,18 +24,13 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import (
-    ADD,
-    ADD_COL,
-    ADD_ROW,
-    ADD_SCALAR,
+    ADD_KINDS,
     BROADCAST_KINDS,
     DIVIDE_ROWS,
     EXP,
     GELU_ERF,
     GELU_TANH,
     MAX,
-    MUL_COL,
-    MUL_SCALAR,
     NEG_INF,
     RELU,
     SILU,
@@ -47,6 +42,7 @@ from morello_build.ir.spec import (
     SUM,
     UNARY_KINDS,
     LogicalSpec,
+    broadcast_dims,
     param_names,
 )
 from morello_build.ir.tensorspec import TensorSpec
@@ -544,17 +540,16 @@ def _elementwise_tail(
     )
 
 
-#: Broadcasts that add; and those whose b is one value for the row (this row's entry of a
-#: column, or the scalar), passed to the row function as a float (the others pass a row:
-#: the row vector, or b's own row for `add` and `mul`).
-_ADDS = (ADD_ROW, ADD_COL, ADD_SCALAR, ADD)
-_ONE_VALUE = (ADD_COL, MUL_COL, ADD_SCALAR, MUL_SCALAR)
+#: Broadcasts whose b is one value for the row (this row's entry of a column, or the
+#: scalar), passed to the row function as a float (the others pass a row: the row vector,
+#: or b's own row for `add` and `mul`).
+_ONE_VALUE = tuple(k for k in BROADCAST_KINDS if 1 not in broadcast_dims(k))
 
 
 def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
     """out = x (+ or *) b over one row: b a row vector (a pointer, `_ROW` kinds) or one
     value (a float: this row's, `_COL` kinds, or the scalar). `lanes` 1 is the scalar target's loop."""
-    sym = "+" if op in _ADDS else "*"
+    sym = "+" if op in ADD_KINDS else "*"
     col = op in _ONE_VALUE
     b_param = "float b" if col else "const float *restrict b"
     sb = "b" if col else "b[i]"
