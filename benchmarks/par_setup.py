@@ -11,11 +11,14 @@ times, in one C program built with the kernels' flags and OpenMP:
 - a warm `#pragma omp parallel for schedule(static)` (the generated loops' form) over
   `threads` and 64 x `threads` iterations of an empty body, back to back: the region's
   start and join, and each further iteration;
+- a barrier inside a warm region (two loops in one region, the second `nowait`), over the
+  plain region's time;
 - the same region after 20 ms idle, when the pool's threads have gone to sleep and must
   be woken (what a program pays that calls a kernel now and then);
 - the first region of the process (the pool's creation), once.
 Medians over `--samples` batches; results in ns and units (docs/cost-model.md, "Parallel
-loops").
+loops"). `morello bench` runs its harness with `GOMP_SPINCOUNT=10000` (harness/bench.py);
+run this script with it too to see what the benchmarks see.
 """
 
 from __future__ import annotations
@@ -40,6 +43,24 @@ static double region(int iters, int reps, int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int i = 0; i < iters; i++)
             touched[i * 16] += 1;
+    }
+    return (now() - t0) / reps;
+}
+
+/* the same with a barrier inside: two loops in one region, the second `nowait` (the
+   form of a kernel that must see every thread's first pass, RowSoftmaxChunkedParallel) */
+static double region_barrier(int iters, int reps, int threads) {
+    const double t0 = now();
+    for (int r = 0; r < reps; r++) {
+#pragma omp parallel num_threads(threads)
+        {
+#pragma omp for schedule(static)
+            for (int i = 0; i < iters; i++)
+                touched[i * 16] += 1;
+#pragma omp for schedule(static) nowait
+            for (int i = 0; i < iters; i++)
+                touched[i * 16] += 1;
+        }
     }
     return (now() - t0) / reps;
 }
@@ -74,12 +95,14 @@ int main(int argc, char **argv) {
     const double fork = median(v, samples);
     for (int s = 0; s < samples; s++) v[s] = region(64 * threads, 2000, threads);
     const double many = median(v, samples);
+    for (int s = 0; s < samples; s++) v[s] = region_barrier(threads, 2000, threads);
+    const double barrier = median(v, samples) - fork;
     for (int s = 0; s < samples; s++) {
         sleep_ms(20);
         v[s] = region(threads, 1, threads);
     }
     const double woken = median(v, samples);
-    printf("%.6f %.3f %.3f %.3f %.3f\n", fma, first, fork, many, woken);
+    printf("%.6f %.3f %.3f %.3f %.3f %.3f\n", fma, first, fork, many, woken, barrier);
     return 0;
 }
 """
@@ -103,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except ProbeError as e:
         print(f"par_setup.py: {e}", file=sys.stderr)
         return 1
-    fma, first, fork, many, woken = map(float, out)
+    fma, first, fork, many, woken, barrier = map(float, out)
     units_per_ns = 2 * fma
     per_iter = (many - fork) / 63  # each thread ran 63 more iterations
     print(f"{Path(cc).name}, {args.threads} threads, medians of {args.samples} batches")
@@ -111,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("warm region start + join", fork),
         ("one more iteration per thread", per_iter),
+        ("a barrier inside the region", barrier),
         ("region after 20 ms idle (threads woken)", woken),
         ("first region of the process (pool created)", first),
     ]

@@ -1018,6 +1018,114 @@ ROW_SOFTMAX_ONLINE_PARALLEL = Kernel(
 )
 
 
+# ---- the chunked softmax split across threads ----------------------------------------
+
+
+def _chunking(n: int) -> tuple[int, int]:
+    """(chunk length, chunk count) of the chunked softmax for a row of `n`: the rule of
+    `_chunked_softmax_fn`, so a row gets the same chunks (and bits) on any thread count."""
+    ch = SOFTMAX_CHUNK
+    while n > ch * CHUNKS_MAX:
+        ch *= 2
+    return ch, -(-n // ch)
+
+
+#: A barrier inside a warm parallel region, in the model's units: 300-350 ns on the Intel
+#: Xeon KVM guest, 4.1k-4.8k units (benchmarks/par_setup.py; docs/cost-model.md).
+PAR_BARRIER = 5_000
+
+
+#: Fewest chunks per thread for which the split pays: the measured crossover against the
+#: one-thread kernel (1x24576, 6 per thread: 7.19 us against 6.69; 1x32768, 8: 7.93
+#: against 8.86; docs/softmax.md, "Long rows on threads"). A fork and a barrier cost
+#: about 3 us here where the model's constants say 2.
+MIN_CHUNKS_PER_THREAD = 8
+
+
+def _par_chunked_applies(s: LogicalSpec, t: Target) -> bool:
+    """One long row that may run threads, long enough that the split pays."""
+    if s.kind != SOFTMAX or s.serial or t.processors < 2 or t.lanes(F32) == 1:
+        return False
+    chunks = _chunking(s.shape[1])[1]
+    return chunks >= MIN_CHUNKS_PER_THREAD * t.processors and _one_row(s)
+
+
+def _par_chunked_cost(s: LogicalSpec, t: Target) -> int:
+    """Each thread's share of the chunked kernel's work, the threads' start-up and the
+    barrier between the passes, then the merge (one scalar exp per chunk)."""
+    _, chunks = _chunking(s.shape[1])
+    return (
+        t.par_setup
+        + PAR_BARRIER
+        + 2 * t.par_per_iter * -(-chunks // t.processors)
+        + _chunked_cost(s, t) // t.processors
+        + chunks * EXP_VECTOR_COST
+    )
+
+
+def _par_chunked_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """The chunked softmax with the chunks shared among the threads (OpenMP): each thread
+    takes a contiguous run of chunks (max; exps stored and summed); after one barrier every
+    thread merges all the chunks' (max, sum) pairs itself, in order (a second barrier
+    costs more than a few scalar exps), and scales the chunks it wrote, still in its own
+    L2 (the same static schedule gives it the same chunks). Nothing depends on the thread
+    count, so the result is the one-thread kernel's, bit for bit (docs/softmax.md)."""
+    x, out = views
+    dtype = spec.operands[0].dtype
+    n = spec.shape[1]
+    ch, chunks = _chunking(n)
+    last = n - ch * (chunks - 1)
+    mx = _row_fn(ctx, MAX, dtype)
+    unp = _row_fn(ctx, UNSCALED_PREFETCH, dtype)
+    sc = _row_fn(ctx, SCALE_ROW, F32)
+    ex = _use_math(ctx, "expm", None)
+    what = spec.text()
+    xp, op = _pointer(ctx, x, what), _pointer(ctx, out, what)
+    i = ctx.fresh()
+    cm, cs = f"cm{i}", f"cs{i}"
+    length = f"c == {chunks - 1} ? {last} : {ch}" if last != ch else str(ch)
+    span = f"const int64_t at = (int64_t)c * {ch}, len = {length};"
+    ctx.open("{")
+    ctx.line(f"float {cm}[{chunks}], {cs}[{chunks}];")
+    ctx.line("#pragma omp parallel")
+    ctx.open("{")
+    ctx.line("#pragma omp for schedule(static)")
+    ctx.open(f"for (int c = 0; c < {chunks}; c++) {{")
+    ctx.line(span)
+    ctx.line(f"const float m = {mx}({xp} + at, len, -__builtin_inff());")
+    ctx.line("/* a chunk of -inf: its exps are exp(-inf) = 0 (x - m would be NaN) */")
+    ctx.line(f"{cs}[c] = {unp}({xp} + at, len, m == -__builtin_inff() ? 0.0f : m, {op} + at,")
+    ctx.line(f"    {xp} + at + {ch});")
+    ctx.line(f"{cm}[c] = m;")
+    ctx.close()
+    # every thread merges the pairs itself, in the same order (no second barrier)
+    ctx.line(f"float top = -__builtin_inff(), d = 0, f[{chunks}];")
+    ctx.line(f"for (int c = 0; c < {chunks}; c++)")
+    ctx.line(f"    top = {cm}[c] > top ? {cm}[c] : top;")
+    ctx.open(f"for (int c = 0; c < {chunks}; c++) {{")
+    ctx.line(f"f[c] = {ex}({cm}[c] - top);    /* NaN when the whole row is -inf */")
+    ctx.line(f"d += {cs}[c] * f[c];")
+    ctx.close()
+    ctx.line("const float r = 1.0f / d;")
+    ctx.line("#pragma omp for schedule(static) nowait")
+    ctx.open(f"for (int c = 0; c < {chunks}; c++) {{")
+    ctx.line(span)
+    ctx.line(f"{sc}({op} + at, len, f[c] * r);")
+    ctx.close()
+    ctx.close()
+    ctx.close()
+
+
+ROW_SOFTMAX_CHUNKED_PARALLEL = Kernel(
+    name="RowSoftmaxChunkedParallel",
+    kind=SOFTMAX,
+    applies=_par_chunked_applies,
+    memory=_row_memory,
+    cost=_par_chunked_cost,
+    emit=_par_chunked_emit,
+)
+
+
 def _par_reduce_applies(s: LogicalSpec, t: Target) -> bool:
     return s.accum and _splits_across_threads(s, t)
 
@@ -1112,6 +1220,7 @@ FILL_NEG_INF = Kernel(
 
 ROW_KERNELS: tuple[Kernel, ...] = (
     ROW_SOFTMAX_CHUNKED,
+    ROW_SOFTMAX_CHUNKED_PARALLEL,
     ROW_MAX,
     ROW_SUM,
     ROW_MAX_PARALLEL,

@@ -8,6 +8,9 @@ is shown to catch a kernel that is slightly off.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,15 +19,21 @@ from morello_build.actions.rows import ONLINE, UNSCALED, SoftmaxParts, ToMaxAndD
 from morello_build.api import row_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.row_reference import hard_rows, softmax_reference
-from morello_build.harness.verify import IsaUnavailable, check_rows, verify_kernel
+from morello_build.harness.verify import (
+    IsaUnavailable,
+    check_rows,
+    kernel_compile_flags,
+    verify_kernel,
+)
 from morello_build.impl.nodes import Loop
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import USER_ROW_KINDS
 from morello_build.ir.text import parse_spec
+from morello_build.machine.isa import host_supports
 from morello_build.machine.target import get_target
 from morello_build.schedule import Schedule
-from tests.support.compilers import verify_with_each_compiler
+from tests.support.compilers import COMPILERS, have_compiler, verify_with_each_compiler
 
 TARGETS = ("avx2", "avx512", "x86-64")
 
@@ -159,14 +168,16 @@ def test_row_spec_text_rejects_bad_input() -> None:
 
 
 def test_a_long_row_on_two_threads_splits_its_denominator_across_them() -> None:
-    """One row of 2^19: the online form with the thread-split denominator (16 chunks
-    merged in order) and the completion split along the row; checked against numpy."""
-    syn = synthesize(
-        row_spec_text("softmax", 1, 1 << 19, threads=2), "avx2", threads=2, use_cache=False
-    )
-    kernels = {n.name for n in iter_nodes(syn.impl) if hasattr(n, "name")}
+    """One row of 2^19 in the online form (forced: the DP takes the chunked kernel on the
+    threads): the thread-split denominator (16 chunks merged in order) and the completion
+    split along the row; checked against numpy."""
+    spec = parse_spec(row_spec_text("softmax", 1, 1 << 19, threads=2))
+    target = get_target("avx2", threads=2)
+    sched = Schedule.for_spec(spec, target).apply(SoftmaxParts(Level.L1, ONLINE), None)
+    impl = sched.synthesize_rest().impl
+    kernels = {n.name for n in iter_nodes(impl) if hasattr(n, "name")}
     assert "RowSoftmaxDenominatorAndMaxParallel" in kernels, kernels
-    verify_with_each_compiler(_kernel("softmax", 1, 1 << 19, "f32", "avx2", threads=2), "split")
+    verify_with_each_compiler(generate_c(impl, "mb_rows", "avx2"), "split")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -232,3 +243,103 @@ def test_checker_catches_chunks_merged_without_their_max() -> None:
     except IsaUnavailable as exc:
         pytest.skip(str(exc))
     assert not r.ok and "wrong" in r.details
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_long_row_on_two_threads_shares_the_chunked_kernels_chunks(dtype: str) -> None:
+    """One row of 2^16 + 905 on two threads: RowSoftmaxChunkedParallel (33 chunks, a
+    short last one and a scalar tail), checked against numpy with each compiler."""
+    n = (1 << 16) + 905
+    text = row_spec_text("softmax", 1, n, dtype=dtype, threads=2)
+    syn = synthesize(text, "avx512", threads=2, use_cache=False)
+    kernels = {node.name for node in iter_nodes(syn.impl) if hasattr(node, "name")}
+    assert kernels == {"RowSoftmaxChunkedParallel"}, kernels
+    k = _kernel("softmax", 1, n, dtype, "avx512", threads=2)
+    assert "#pragma omp parallel" in k.c_source
+    verify_with_each_compiler(k, f"chunked on threads {dtype}")
+
+
+def test_a_short_row_on_two_threads_keeps_the_one_thread_kernel() -> None:
+    """Fewer than MIN_CHUNKS_PER_THREAD chunks per thread: the split does not pay
+    (docs/softmax.md), so 1x16384 on two threads is the one-thread chunked kernel."""
+    text = row_spec_text("softmax", 1, 16384, threads=2)
+    syn = synthesize(text, "avx512", threads=2, use_cache=False)
+    kernels = {node.name for node in iter_nodes(syn.impl) if hasattr(node, "name")}
+    assert kernels == {"RowSoftmaxChunked"}, kernels
+
+
+#: Calls both kernels on x (read from x.bin) and prints the number of outputs whose bits
+#: differ. A separate program: an OpenMP kernel called in the test process would leave
+#: libgomp's threads behind, and the verifier's forked children would hang in them.
+_SAME_BITS_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "k_one.h"
+#include "k_two.h"
+
+int main(void) {
+    enum { N = @N@ };
+    float *x = malloc(N * sizeof(float)), *a = calloc(N, sizeof(float)), *b = calloc(N, sizeof(float));
+    FILE *f = fopen("x.bin", "rb");
+    if (!f || fread(x, sizeof(float), N, f) != N)
+        return 2;
+    fclose(f);
+    k_one(x, a);
+    k_two(x, b);
+    long differ = 0, positive = 0;
+    for (long i = 0; i < N; i++) {
+        differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+        positive += b[i] > 0;
+    }
+    printf("%ld %ld\n", differ, positive);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("cc", COMPILERS)
+def test_the_chunked_kernel_on_threads_gives_the_one_thread_bits(cc: str, tmp_path: Path) -> None:
+    """The chunks' (max, sum) pairs are merged in order by every thread, so the result does
+    not depend on the thread count: two threads give the one-thread kernel's bits, on a row
+    with a chunk of -inf and a short last chunk (run with 1 and with 2 threads)."""
+    if not have_compiler(cc):
+        pytest.skip(f"{cc} is not installed")
+    if not host_supports("avx512"):
+        pytest.skip("this host cannot run avx512 code")
+    n = 20 * 2048 + 333
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-30.0, 30.0, size=(1, n)).astype(np.float32)
+    x[0, 4096:6144] = -np.inf  # chunk 2: exps of -inf, not -inf - -inf
+    kernels = {
+        "k_two": synthesize_kernel(
+            row_spec_text("softmax", 1, n, threads=2),
+            name="k_two",
+            target="avx512",
+            threads=2,
+            use_cache=False,
+        ).kernel,
+        "k_one": synthesize_kernel(
+            row_spec_text("softmax", 1, n), name="k_one", target="avx512", use_cache=False
+        ).kernel,
+    }
+    assert "#pragma omp parallel" in kernels["k_two"].c_source
+    assert "#pragma omp" not in kernels["k_one"].c_source
+    for name, k in kernels.items():
+        (tmp_path / f"{name}.c").write_text(k.c_source)
+        (tmp_path / f"{name}.h").write_text(k.header)
+    (tmp_path / "main.c").write_text(_SAME_BITS_DRIVER.replace("@N@", str(n)))
+    x.tofile(tmp_path / "x.bin")
+    flags = kernel_compile_flags(kernels["k_two"])
+    cmd = [cc, *flags, "k_one.c", "k_two.c", "main.c", "-o", "main", "-lm"]
+    subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True, text=True)
+    for threads in ("1", "2"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads}
+        run = subprocess.run(
+            ["./main"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        differ, positive = map(int, run.stdout.split())
+        # a chunk of -inf gives zeros; most other values a positive share
+        assert differ == 0 and positive > n // 2, (threads, run.stdout)
