@@ -653,7 +653,9 @@ def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
         "        d += cs[c] * cm[c];\n"
         "    }\n"
         "    const float r = 1.0f / d;\n"
-        "    for (int64_t c = 0; c < chunks; c++) {\n"
+        "    /* last chunk first: the chunks written last are still in L2 (a forward scan of a\n"
+        "       row larger than L2 would find each chunk evicted) */\n"
+        "    for (int64_t c = chunks - 1; c >= 0; c--) {\n"
         "        const int64_t at = c * ch;\n"
         f"        {sc}(out + at, n - at < ch ? n - at : ch, cm[c] * r);\n"
         "    }\n"
@@ -1081,6 +1083,7 @@ def _par_chunked_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> N
     ex = _use_math(ctx, "expm", None)
     what = spec.text()
     xp, op = _pointer(ctx, x, what), _pointer(ctx, out, what)
+    share = _thread_share(ctx)
     i = ctx.fresh()
     cm, cs = f"cm{i}", f"cs{i}"
     length = f"c == {chunks - 1} ? {last} : {ch}" if last != ch else str(ch)
@@ -1089,8 +1092,9 @@ def _par_chunked_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> N
     ctx.line(f"float {cm}[{chunks}], {cs}[{chunks}];")
     ctx.line("#pragma omp parallel")
     ctx.open("{")
-    ctx.line("#pragma omp for schedule(static)")
-    ctx.open(f"for (int c = 0; c < {chunks}; c++) {{")
+    ctx.line("int lo, hi;")
+    ctx.line(f"{share}({chunks}, &lo, &hi);")
+    ctx.open("for (int c = lo; c < hi; c++) {")
     ctx.line(span)
     ctx.line(f"const float m = {mx}({xp} + at, len, -__builtin_inff());")
     ctx.line("/* a chunk of -inf: its exps are exp(-inf) = 0 (x - m would be NaN) */")
@@ -1098,6 +1102,7 @@ def _par_chunked_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> N
     ctx.line(f"    {xp} + at + {ch});")
     ctx.line(f"{cm}[c] = m;")
     ctx.close()
+    ctx.line("#pragma omp barrier")
     # every thread merges the pairs itself, in the same order (no second barrier)
     ctx.line(f"float top = -__builtin_inff(), d = 0, f[{chunks}];")
     ctx.line(f"for (int c = 0; c < {chunks}; c++)")
@@ -1107,13 +1112,39 @@ def _par_chunked_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> N
     ctx.line(f"d += {cs}[c] * f[c];")
     ctx.close()
     ctx.line("const float r = 1.0f / d;")
-    ctx.line("#pragma omp for schedule(static) nowait")
-    ctx.open(f"for (int c = 0; c < {chunks}; c++) {{")
+    ctx.line("/* this thread's own chunks, the last first (still in its L2) */")
+    ctx.open("for (int c = hi - 1; c >= lo; c--) {")
     ctx.line(span)
     ctx.line(f"{sc}({op} + at, len, f[c] * r);")
     ctx.close()
     ctx.close()
     ctx.close()
+
+
+def _thread_share(ctx: Ctx) -> str:
+    """Define (once per file) the function giving the calling OpenMP thread its contiguous
+    share [lo, hi) of n items (all of them in a build without OpenMP); its name. The
+    kernel splits work by hand where one thread must revisit its own share in another
+    order than an `omp for` would give it."""
+    name = "mb_thread_share"
+    _use(
+        ctx,
+        "vs_thread_share",
+        "#ifdef _OPENMP\n"
+        "int omp_get_num_threads(void);\n"
+        "int omp_get_thread_num(void);\n"
+        "#endif\n"
+        f"static inline void {name}(int n, int *lo, int *hi) {{\n"
+        "#ifdef _OPENMP\n"
+        "    const int threads = omp_get_num_threads(), t = omp_get_thread_num();\n"
+        "#else\n"
+        "    const int threads = 1, t = 0;\n"
+        "#endif\n"
+        "    *lo = (int)((int64_t)t * n / threads);\n"
+        "    *hi = (int)((int64_t)(t + 1) * n / threads);\n"
+        "}\n",
+    )
+    return name
 
 
 ROW_SOFTMAX_CHUNKED_PARALLEL = Kernel(
