@@ -28,7 +28,7 @@ from morello_build.harness.peer_registry import (
     find_onednn,
 )
 from morello_build.harness.row_reference import broadcast_operand
-from morello_build.ir.spec import BROADCAST_KINDS, MATMUL
+from morello_build.ir.spec import ADD_KINDS, BROADCAST_KINDS, MATMUL
 
 __all__ = ["OneDnnMatmul", "onednn_matmul"]
 
@@ -181,7 +181,7 @@ def _create(
         else:
             kind, vec = what
             b = np.ascontiguousarray(broadcast_operand(kind, vec), dtype=np.float32)
-            alg = _BINARY[kind.split("_")[0]]
+            alg = _BINARY["add" if kind in ADD_KINDS else "mul"]
             b_md = desc(b)
             check(dll.dnnl_post_ops_append_binary(po, alg, b_md), f"post-op binary ({kind})")
             binaries.append((index, b_md, b))

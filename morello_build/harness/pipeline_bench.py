@@ -61,7 +61,13 @@ from morello_build.harness.row_peers import (
 from morello_build.harness.row_reference import broadcast_operand, compare_rows
 from morello_build.harness.unfused_c import C_FLAGS, unfused_c
 from morello_build.harness.verify import kernel_compile_flags
-from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, compose_stages
+from morello_build.ir.spec import (
+    ADD_KINDS,
+    BROADCAST_KINDS,
+    MATMUL,
+    broadcast_dims,
+    compose_stages,
+)
 from morello_build.machine.isa import host_supports
 
 __all__ = ["C_MKL", "C_OPENBLAS", "DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME"]
@@ -190,7 +196,7 @@ def _numpy_passes(
     if kind in BROADCAST_KINDS:
         assert vec is not None
         b = broadcast_operand(kind, vec)
-        return [P(np.add if kind.startswith("add") else np.multiply, src, b, out=y)]
+        return [P(np.add if kind in ADD_KINDS else np.multiply, src, b, out=y)]
     if kind == "relu":
         return [P(np.maximum, src, np.float32(0), out=y)]
     if kind == "softmax":  # exp(x - max) / sum, along each row
@@ -249,13 +255,18 @@ _ONNX_OPS = {"relu": ("", "Relu"), "exp": ("", "Exp"), "gelu_erf": ("com.microso
 _ONNX_OPS["gelu_tanh"] = ("com.microsoft", "FastGelu")
 
 
+def _is_column(kind: str) -> bool:
+    """A broadcast of a column vector (one value per row: onnxruntime wants it `[M, 1]`)."""
+    return kind in BROADCAST_KINDS and broadcast_dims(kind) == (0,)
+
+
 def onnx_model(case: PipelineCase) -> tuple[bytes, dict[str, NDArray[np.float32]], str]:
     """The graph (opset 17 + com.microsoft 1), its inputs by name, its output's name."""
     from onnx import TensorProto, helper
 
     feeds: dict[str, NDArray[np.float32]] = {}
     nodes, names = [], []
-    col = {i for k, i in case.walk(range(len(case.inputs)))[1] if k.endswith("_col")}
+    col = {i for k, i in case.walk(range(len(case.inputs)))[1] if _is_column(k)}
     for i, (a, transposed) in enumerate(case.inputs):
         feeds[f"in{i}"] = a[:, None] if i in col else a  # a column vector is [M, 1]
         if transposed:
@@ -264,7 +275,7 @@ def onnx_model(case: PipelineCase) -> tuple[bytes, dict[str, NDArray[np.float32]
     cur, stages = case.walk(names)
     for i, (kind, arg) in enumerate(stages):
         if arg is not None:
-            op = {"matmul": "MatMul", "add": "Add", "mul": "Mul"}[kind.split("_")[0]]
+            op = "MatMul" if kind == MATMUL else "Add" if kind in ADD_KINDS else "Mul"
             nodes.append(helper.make_node(op, [cur, arg], [f"v{i}"]))
         elif kind == "silu":
             nodes.append(helper.make_node("Sigmoid", [cur], [f"s{i}"]))
@@ -340,7 +351,7 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
                 v = jnp.matmul(v, arg, precision=jax.lax.Precision.HIGHEST)
             else:
                 b = broadcast_operand(kind, arg)
-                v = v + b if kind.startswith("add") else v * b
+                v = v + b if kind in ADD_KINDS else v * b
         return v
 
     jf, cpu = jax.jit(f), jax.devices("cpu")[0]

@@ -34,7 +34,14 @@ from morello_build.harness.row_reference import (
     exact_in,
     softmax_reference,
 )
-from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, SOFTMAX, compose_stages, param_names
+from morello_build.ir.spec import (
+    ADD_KINDS,
+    BROADCAST_KINDS,
+    MATMUL,
+    SOFTMAX,
+    compose_stages,
+    param_names,
+)
 
 #: Largest |f'(v)| of each activation over the reals.
 SLOPES = {"relu": 1.0, "silu": 1.1, "gelu_tanh": 1.13, "gelu_erf": 1.13}
@@ -94,7 +101,7 @@ def pipeline_reference(
         if stage in BROADCAST_KINDS:
             b = inputs[next(names)]
             bb = broadcast_operand(stage, b)
-            if stage.startswith("add"):
+            if stage in ADD_KINDS:
                 v = v + bb
             else:
                 v, err = v * bb, err * np.abs(bb)

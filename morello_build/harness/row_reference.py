@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from morello_build.ir.spec import MAX, SUM, USER_ROW_KINDS, broadcast_dims
+from morello_build.ir.spec import ADD_KINDS, MAX, SUM, USER_ROW_KINDS, broadcast_dims
 
 U = 2.0**-24  # unit roundoff of f32
 #: The vector math functions' accuracy, relative (2 ulp of a result in [2^e, 2^(e+1))
@@ -176,7 +176,7 @@ def broadcast_reference(
     (`*_scalar`) or a matrix like x (`add`, `mul`). One f32 rounding: u |exact| (and an
     underflowed product's half ulp of 2^-149)."""
     bb = broadcast_operand(op, b)
-    ref = x + bb if op.startswith("add") else x * bb
+    ref = x + bb if op in ADD_KINDS else x * bb
     return ref, U * np.abs(ref) + SUBNORMAL_ABS / 2
 
 

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from morello_build.harness.compile import compile_object, find_compiler, link
 from morello_build.harness.peer_registry import PeerLib
-from morello_build.ir.spec import BROADCAST_KINDS, MATMUL, broadcast_dims
+from morello_build.ir.spec import ADD_KINDS, BROADCAST_KINDS, MATMUL, broadcast_dims
 
 __all__ = ["C_FLAGS", "UnfusedC", "unfused_c", "unfused_c_source"]
 
@@ -143,7 +143,7 @@ def unfused_c_source(
                 )
             cur = out
         elif kind in BROADCAST_KINDS:
-            op = "+" if kind.startswith("add") else "*"
+            op = "+" if kind in ADD_KINDS else "*"
             # b's element for value (i, j): one value, a row's, a column's, or a matrix's
             at = {(): "0", (1,): "j", (0,): "i", (0, 1): f"i * {cur.shape[1]} + j"}[
                 broadcast_dims(kind)
