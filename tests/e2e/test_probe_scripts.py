@@ -44,19 +44,21 @@ def test_strided_copy_refuses_bad_sizes() -> None:
     assert p.returncode == 2 and "--cols" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_par_setup_prints_the_four_costs() -> None:
+def test_par_setup_prints_the_five_costs() -> None:
     p = _run("par_setup.py", "--samples", "3")
     assert p.returncode == 0, p.stderr
     rows = _table(p.stdout)
     assert [r[0] for r in rows] == [
         "warm region start + join",
         "one more iteration per thread",
+        "a barrier inside the region",
         "region after 20 ms idle (threads woken)",
         "first region of the process (pool created)",
     ]
     ns = [float(r[1].replace(",", "")) for r in rows]
-    # regions take time; one more iteration is a difference of two medians (may be noise)
-    assert ns[0] > 0 and ns[2] > 0 and ns[3] > 0
+    # regions take time; one more iteration and the barrier are differences of two
+    # medians (may be noise)
+    assert ns[0] > 0 and ns[3] > 0 and ns[4] > 0
 
 
 def test_tile_stream_prints_a_row_per_pitch() -> None:
