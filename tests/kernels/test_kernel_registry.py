@@ -93,12 +93,14 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
 ]
 
 #: Kernels the DP does not choose on one thread (the online and recompute softmax forms,
-#: the thread-split denominator and reductions); tests/kernels/test_rows.py verifies each.
+#: the thread-split denominator and reductions, the chunked softmax on threads);
+#: tests/kernels/test_rows.py verifies each.
 FORCED_FORMS = {
     "RowSoftmaxDenominatorAndMax",
     "RowSoftmaxDenominator",
     "RowSoftmaxComplete",
     "RowSoftmaxDenominatorAndMaxParallel",
+    "RowSoftmaxChunkedParallel",
     "RowMaxParallel",
     "RowSumParallel",
 }
