@@ -7,6 +7,7 @@ code wrote it) or forged is re-solved, reported, and never replayed as another p
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,13 @@ from morello_build.search.persistent import (
     target_from_cache_id,
     verify_replays,
 )
-from morello_build.search.schema import PACKAGE_ROOT, schema_sources, schema_stamp, stamp_of
+from morello_build.search.schema import (
+    PACKAGE_ROOT,
+    _imported_modules,
+    schema_sources,
+    schema_stamp,
+    stamp_of,
+)
 
 SPEC = "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
 
@@ -60,6 +67,56 @@ def test_the_stamp_covers_every_module_the_search_depends_on():
     # answer (the kernels' emitters are in: each kernel family is one module).
     assert "codegen/emit.py" not in covered
     assert not any(rel.startswith(("integration/", "harness/", "cli")) for rel in covered)
+
+
+def _ast_imports(name: str, source: str, is_package: bool) -> set[str]:
+    """The reference for `_imported_modules`: every `morello_build` module an import
+    statement names, found by parsing (what the scan must never miss)."""
+    found: set[str] = set()
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                mod = ".".join(parts[: len(parts) - (node.level - 1)] + ([mod] if mod else []))
+            targets = [mod] + [f"{mod}.{alias.name}" for alias in node.names]
+        for t in targets:
+            if t.split(".")[0] == "morello_build":
+                parts = t.split(".")
+                found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return found
+
+
+def test_the_import_scan_finds_what_ast_finds():
+    """Over every module of the package (and the forms below), the text scan finds every
+    module `ast` does: a miss would let a stale table replay under a changed module."""
+    tricky = (
+        "from morello_build.ir import (\n    levels,\n    dtypes as d,  # a comment\n)\n"
+        "def f():\n    import morello_build.machine.isa as isa, morello_build.ir.text\n"
+        "if TYPE_CHECKING:\n    from ..impl import cost\n"
+        "from . import coords\n"
+    )
+    cases = [("morello_build.search.x", tricky, False)]
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        rel = path.relative_to(PACKAGE_ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        cases.append((name, path.read_text("utf-8"), path.name == "__init__.py"))
+    for name, source, is_package in cases:
+        want = _ast_imports(name, source, is_package)
+        got = _imported_modules(name, source, is_package)
+        assert want <= got, (name, sorted(want - got))
+    assert {
+        "morello_build.ir.levels",
+        "morello_build.ir.dtypes",
+        "morello_build.machine.isa",
+        "morello_build.ir.text",
+        "morello_build.impl.cost",
+        "morello_build.search.coords",
+    } <= _imported_modules(*cases[0])
 
 
 @pytest.mark.parametrize("rel", ["ir/levels.py", "ir/dtypes.py", "impl/cost.py"])
