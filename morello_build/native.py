@@ -23,6 +23,8 @@ CORE_MODULES: tuple[str, ...] = (
     # The DP loop and the in-run memo: most of a cold synthesis's time.
     "morello_build.search.dp",
     "morello_build.search.memo_protocol",
+    # The least limits per Spec, which rule out the limits where nothing fits.
+    "morello_build.search.needs",
     # The persistent memo's read-through (every lookup of a cached synthesis) and its
     # Spec <-> table coordinates; PersistentMemo also subclasses the compiled DictMemo.
     "morello_build.search.persistent",

@@ -34,6 +34,7 @@ from morello_build.ir.limits import (
 from morello_build.ir.spec import LogicalSpec, Spec, intern
 from morello_build.machine.target import Target
 from morello_build.search.memo_protocol import DictMemo, Hit, Memo, Result, Solution
+from morello_build.search.needs import least_limits, limits_fit
 
 Progress = Callable[[int, float], None]
 
@@ -46,6 +47,7 @@ assert REGISTER_LEVELS == (True, True, False, False, False)
 class SearchStats:
     solved: int = 0  # Specs solved by the DP in this run (memo misses)
     hits: int = 0  # memo lookups answered
+    ruled_out: int = 0  # misses answered "nothing fits" by `needs` without a solve
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -62,8 +64,11 @@ class Search:
         memo: Memo | None = None,
         progress: Progress | None = None,
         progress_every: float = 2.0,
+        use_needs: bool = True,
     ) -> None:
         self.target = target
+        # False: solve every miss, as before `needs` (the reference in tests and benchmarks).
+        self.use_needs = use_needs
         self.memo: Memo = memo if memo is not None else DictMemo()
         self.stats = SearchStats()
         self._progress = progress
@@ -81,7 +86,27 @@ class Search:
         if hit is not None:
             self.stats.hits += 1
             return hit
+        hit = self._nothing_fits(ls, limits)
+        if hit is not None:
+            return hit
         return self._run(ls, limits)
+
+    def _nothing_fits(self, ls: LogicalSpec, limits: Limits) -> Hit | None:
+        """For a memo miss: "nothing fits" (stored for the box where that is certain) when
+        `limits` are below what every program for `ls` needs on some level, else None."""
+        if not self.use_needs:
+            return None
+        need = least_limits(ls, self.target)
+        lvl = limits_fit(need, limits)
+        if lvl < 0:
+            return None
+        hi = list(self.target.max_limits)
+        if need[lvl] - 1 < hi[lvl]:
+            hi[lvl] = need[lvl] - 1
+        box = tuple(hi)
+        self.memo.put(ls, box, None)
+        self.stats.ruled_out += 1
+        return Hit(None, box)
 
     def _run(self, ls: LogicalSpec, limits: Limits) -> Hit:
         """Solve a memo miss without recursing: each pending Spec is a `_solve_steps`
@@ -117,6 +142,7 @@ class Search:
         answers and boxes as the loop form).
         """
         memo_get = self.memo.get
+        nothing_fits = self._nothing_fits
         stats = self.stats
         best: Solution | None = None
         # The best cost so far, unpacked: candidates compare as (main, peaks, depth), and
@@ -170,11 +196,13 @@ class Search:
                 feasible = True
                 for child, coef in zip(children, plan.coefs):
                     hit = memo_get(child, child_limits)
-                    if hit is None:
-                        hit = yield child, child_limits
-                        assert hit is not None
-                    else:
+                    if hit is not None:
                         stats.hits += 1
+                    else:
+                        hit = nothing_fits(child, child_limits)
+                        if hit is None:
+                            hit = yield child, child_limits
+                            assert hit is not None
                     r, chi = hit
                     c0, c1, c2, c3, c4 = chi
                     if o_zero:

@@ -263,7 +263,8 @@ def solve_task(task: Task) -> TaskResult:
         cache_target_id(target),
         pages,
         len(task.specs),
-        search.stats.solved,
+        # Answers stored, as `keys` counts them: solves and limits ruled out by `needs`.
+        search.stats.solved + search.stats.ruled_out,
         keys,
         time.perf_counter() - start,
         socket.gethostname(),

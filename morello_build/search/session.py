@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from morello_build.actions import enumerate as enumeration
 from morello_build.actions.base import action_fingerprint
 from morello_build.ir import layout, spec, tensorspec
+from morello_build.search import needs
 
 #: Interned Specs the tables may keep between sessions (about 4 KiB of RSS each with their
 #: action plans; see docs/performance.md, "Memory of many syntheses in one process").
@@ -52,6 +53,7 @@ def release_search_caches() -> None:
     tensorspec.tile_tensor.cache_clear()
     layout.clear_caches()
     action_fingerprint.cache_clear()
+    needs.clear()
 
 
 def cache_sizes() -> dict[str, int]:
@@ -62,4 +64,5 @@ def cache_sizes() -> dict[str, int]:
         "per-operand and per-shape lists": enumeration.cached_parts(),
         "tile_tensor": tensorspec.tile_tensor.cache_info().currsize,
         "action fingerprints": action_fingerprint.cache_info().currsize,
+        "least limits": needs.cached_needs(),
     }
