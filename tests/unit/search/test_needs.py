@@ -17,6 +17,7 @@ from morello_build.ir.text import parse_spec
 from morello_build.machine.target import Target, get_target
 from morello_build.search.dp import Search
 from morello_build.search.needs import UNBOUNDED, least_limits, limits_fit
+from tests.unit.search.test_dp_answers import _random_limits
 
 ROOTS = {
     "avx2 matmul": ("avx2", matmul_spec_text(1, 8, 8, 8)),
@@ -139,18 +140,6 @@ def test_below_the_need_the_search_without_needs_finds_nothing(name: str) -> Non
     assert checked > 50
 
 
-def _random_limits(rng: random.Random, target: Target) -> Limits:
-    out = []
-    for i, top in enumerate(target.max_limits):
-        if i < 2:
-            out.append(rng.randint(0, top))
-        else:
-            out.append(
-                0 if top == 0 else rng.choice([0, *(1 << e for e in range(top.bit_length()))])
-            )
-    return tuple(out)
-
-
 @pytest.mark.parametrize("name", sorted(ROOTS))
 def test_ruling_limits_out_changes_no_answer(name: str) -> None:
     target, specs, _cyclic = _graph(name)
@@ -158,7 +147,7 @@ def test_ruling_limits_out_changes_no_answer(name: str) -> None:
     without = Search(target, use_needs=False)
     rng = random.Random(11)
     for _ in range(300):
-        spec = Spec(rng.choice(specs), _random_limits(rng, target))
+        spec = Spec(rng.choice(specs), _random_limits(rng, ROOTS[name][0]))
         assert with_needs.solve(spec) == without.solve(spec), (spec.logical.text(), spec.limits)
     assert with_needs.stats.ruled_out > 0
     assert with_needs.stats.solved < without.stats.solved
