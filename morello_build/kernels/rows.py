@@ -610,6 +610,16 @@ SOFTMAX_CHUNK = 2048
 CHUNKS_MAX = 256
 
 
+def _chunking(n: int) -> tuple[int, int]:
+    """(chunk length, chunk count) of the chunked softmax for a row of `n`: the one rule
+    both chunked kernels use (the one-thread C function takes the length as an argument),
+    so a row gets the same chunks, and bits, on any thread count."""
+    ch = SOFTMAX_CHUNK
+    while n > ch * CHUNKS_MAX:
+        ch *= 2
+    return ch, -(-n // ch)
+
+
 def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     """Softmax of one row in L1-sized chunks: a chunk's max, then its exps stored and
     summed (while the next chunk is prefetched, so the next max pass reads L1, not L3 or
@@ -624,10 +634,9 @@ def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     dv = _row_fn(ctx, DIVIDE_ROWS, F32)
     ex = _use_math(ctx, "expm", None)
     return (
-        f"static inline void {name}(const {xt} *restrict x, int64_t n, float *restrict out) {{\n"
-        f"    int64_t ch = {SOFTMAX_CHUNK};\n"
-        f"    while (n > ch * {CHUNKS_MAX})\n"
-        "        ch *= 2;\n"
+        f"static inline void {name}(const {xt} *restrict x, int64_t n, int64_t ch, "
+        "float *restrict out) {\n"
+        "    /* ch: the chunk length, `_chunking(n)` at the call */\n"
         "    if (n <= ch) {\n"
         f"        const float m = {mx}(x, n, -__builtin_inff());\n"
         f"        {dv}(out, n, {un}(x, n, m, out));\n"
@@ -871,7 +880,8 @@ def _row_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         ctx.line(f"{fn}({_pointer(ctx, out, what)}, {n}, {_value(ctx, d)});")
     elif kind == SOFTMAX:
         x, out = views
-        ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {_pointer(ctx, out, what)});")
+        ch = _chunking(n)[0]
+        ctx.line(f"{fn}({_pointer(ctx, x, what)}, {n}, {ch}, {_pointer(ctx, out, what)});")
     elif kind in BROADCAST_KINDS:
         x, b, out = views
         arg = _value(ctx, b) if kind in _ONE_VALUE else _pointer(ctx, b, what)
@@ -1021,15 +1031,6 @@ ROW_SOFTMAX_ONLINE_PARALLEL = Kernel(
 
 
 # ---- the chunked softmax split across threads ----------------------------------------
-
-
-def _chunking(n: int) -> tuple[int, int]:
-    """(chunk length, chunk count) of the chunked softmax for a row of `n`: the rule of
-    `_chunked_softmax_fn`, so a row gets the same chunks (and bits) on any thread count."""
-    ch = SOFTMAX_CHUNK
-    while n > ch * CHUNKS_MAX:
-        ch *= 2
-    return ch, -(-n // ch)
 
 
 #: A barrier inside a warm parallel region, in the model's units: 300-350 ns on the Intel
