@@ -322,7 +322,14 @@ def _hsum(lanes: int, v: str) -> str:
 #: Row functions that call other row functions sort after them (helpers are emitted in
 #: key order): the online pass calls the max, the division the scaling; the chunked softmax
 #: calls max, exp, scale and divide.
-_TIER = {"online": 1, DIVIDE_ROWS: 1, SOFTMAX: 2}
+_TIER = {
+    "online": 1,
+    DIVIDE_ROWS: 1,
+    "chunk_pass": 1,
+    "chunk_merge": 1,
+    "chunk_scale": 1,
+    SOFTMAX: 2,
+}
 
 
 def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
@@ -620,6 +627,69 @@ def _chunking(n: int) -> tuple[int, int]:
     return ch, -(-n // ch)
 
 
+#: The chunked softmax's three steps, shared by the one-thread and the threads' kernels
+#: (internal row functions, no Spec of their own): a run of chunks' max and stored exps
+#: with their (max, sum) pairs, the merge of all pairs into per-chunk factors, and a run
+#: of chunks scaled by them, the last first.
+CHUNK_PASS = "chunk_pass"
+CHUNK_MERGE = "chunk_merge"
+CHUNK_SCALE = "chunk_scale"
+
+
+def _chunk_step_fn(ctx: Ctx, op: str, name: str, xt: str, dtype: Dtype) -> str:
+    """C of one step of the chunked softmax over chunks [lo, hi) of length `ch` (the last
+    one shorter) of a row of `n`."""
+    span = "        const int64_t at = c * ch, len = n - at < ch ? n - at : ch;\n"
+    if op == CHUNK_PASS:
+        mx = _row_fn(ctx, MAX, dtype)
+        unp = _row_fn(ctx, UNSCALED_PREFETCH, dtype)
+        return (
+            f"static inline void {name}(const {xt} *restrict x, int64_t n, int64_t ch, "
+            "int64_t lo, int64_t hi, float *restrict out, float *restrict cm, "
+            "float *restrict cs) {\n"
+            "    for (int64_t c = lo; c < hi; c++) {\n"
+            + span
+            + f"        const float m = {mx}(x + at, len, -__builtin_inff());\n"
+            "        /* a chunk of -inf: its exps are exp(-inf) = 0 (x - m would be NaN) */\n"
+            "        const float shift = m == -__builtin_inff() ? 0.0f : m;\n"
+            "        /* the last chunk prefetches what follows the row: the next row of a\n"
+            "           contiguous tensor (a prefetch never faults) */\n"
+            f"        cs[c] = {unp}(x + at, len, shift, out + at, x + at + ch);\n"
+            "        cm[c] = m;\n"
+            "    }\n"
+            "}\n"
+        )
+    if op == CHUNK_MERGE:
+        ex = _use_math(ctx, "expm", None)
+        return (
+            f"static inline float {name}(const float *restrict cm, const float *restrict cs, "
+            "int64_t chunks, float *restrict f) {\n"
+            "    /* every chunk's (max, sum), in order: the factors exp(max_c - max) in f,\n"
+            "       and 1 / the denominator returned */\n"
+            "    float top = -__builtin_inff(), d = 0;\n"
+            "    for (int64_t c = 0; c < chunks; c++)\n"
+            "        top = cm[c] > top ? cm[c] : top;\n"
+            "    for (int64_t c = 0; c < chunks; c++) {\n"
+            f"        f[c] = {ex}(cm[c] - top);    /* NaN when the whole row is -inf */\n"
+            "        d += cs[c] * f[c];\n"
+            "    }\n"
+            "    return 1.0f / d;\n"
+            "}\n"
+        )
+    sc = _row_fn(ctx, SCALE_ROW, F32)
+    return (
+        f"static inline void {name}(float *restrict out, int64_t n, int64_t ch, int64_t lo, "
+        "int64_t hi, const float *restrict f, float r) {\n"
+        "    /* last chunk first: the chunks written last are still in L2 (a forward scan of\n"
+        "       a row larger than L2 would find each chunk evicted) */\n"
+        "    for (int64_t c = hi - 1; c >= lo; c--) {\n"
+        + span
+        + f"        {sc}(out + at, len, f[c] * r);\n"
+        "    }\n"
+        "}\n"
+    )
+
+
 def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     """Softmax of one row in L1-sized chunks: a chunk's max, then its exps stored and
     summed (while the next chunk is prefetched, so the next max pass reads L1, not L3 or
@@ -629,10 +699,10 @@ def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     the three passes, the same bits as the `unscaled` plan."""
     mx = _row_fn(ctx, MAX, dtype)
     un = _row_fn(ctx, SOFTMAX_UNSCALED, dtype)
-    unp = _row_fn(ctx, UNSCALED_PREFETCH, dtype)
-    sc = _row_fn(ctx, SCALE_ROW, F32)
     dv = _row_fn(ctx, DIVIDE_ROWS, F32)
-    ex = _use_math(ctx, "expm", None)
+    chunk_pass = _row_fn(ctx, CHUNK_PASS, dtype)
+    merge = _row_fn(ctx, CHUNK_MERGE, F32)
+    scale = _row_fn(ctx, CHUNK_SCALE, F32)
     return (
         f"static inline void {name}(const {xt} *restrict x, int64_t n, int64_t ch, "
         "float *restrict out) {\n"
@@ -642,32 +712,10 @@ def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
         f"        {dv}(out, n, {un}(x, n, m, out));\n"
         "        return;\n"
         "    }\n"
-        f"    float cm[{CHUNKS_MAX}], cs[{CHUNKS_MAX}];\n"
+        f"    float cm[{CHUNKS_MAX}], cs[{CHUNKS_MAX}], f[{CHUNKS_MAX}];\n"
         "    const int64_t chunks = (n + ch - 1) / ch;\n"
-        "    float top = -__builtin_inff();\n"
-        "    for (int64_t c = 0; c < chunks; c++) {\n"
-        "        const int64_t at = c * ch, len = n - at < ch ? n - at : ch;\n"
-        f"        const float m = {mx}(x + at, len, -__builtin_inff());\n"
-        "        /* a chunk of -inf: its exps are exp(-inf) = 0 (x - m would be NaN) */\n"
-        "        const float shift = m == -__builtin_inff() ? 0.0f : m;\n"
-        "        /* the last chunk prefetches what follows the row: the next row of a\n"
-        "           contiguous tensor (a prefetch never faults) */\n"
-        f"        cs[c] = {unp}(x + at, len, shift, out + at, x + at + ch);\n"
-        "        cm[c] = m;\n"
-        "        top = m > top ? m : top;\n"
-        "    }\n"
-        "    float d = 0;\n"
-        "    for (int64_t c = 0; c < chunks; c++) {\n"
-        f"        cm[c] = {ex}(cm[c] - top);    /* NaN when the whole row is -inf */\n"
-        "        d += cs[c] * cm[c];\n"
-        "    }\n"
-        "    const float r = 1.0f / d;\n"
-        "    /* last chunk first: the chunks written last are still in L2 (a forward scan of a\n"
-        "       row larger than L2 would find each chunk evicted) */\n"
-        "    for (int64_t c = chunks - 1; c >= 0; c--) {\n"
-        "        const int64_t at = c * ch;\n"
-        f"        {sc}(out + at, n - at < ch ? n - at : ch, cm[c] * r);\n"
-        "    }\n"
+        f"    {chunk_pass}(x, n, ch, 0, chunks, out, cm, cs);\n"
+        f"    {scale}(out, n, ch, 0, chunks, f, {merge}(cm, cs, chunks, f));\n"
         "}\n"
     )
 
@@ -709,6 +757,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
         )
     if op == SOFTMAX:
         return _chunked_softmax_fn(ctx, name, xt, dtype)
+    if op in (CHUNK_PASS, CHUNK_MERGE, CHUNK_SCALE):
+        return _chunk_step_fn(ctx, op, name, xt, dtype)
     if op == SCALE_ROW:
         return (
             f"static inline void {name}(float *restrict out, int64_t n, float f) {{\n"
@@ -1077,47 +1127,26 @@ def _par_chunked_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> N
     dtype = spec.operands[0].dtype
     n = spec.shape[1]
     ch, chunks = _chunking(n)
-    last = n - ch * (chunks - 1)
-    mx = _row_fn(ctx, MAX, dtype)
-    unp = _row_fn(ctx, UNSCALED_PREFETCH, dtype)
-    sc = _row_fn(ctx, SCALE_ROW, F32)
-    ex = _use_math(ctx, "expm", None)
+    chunk_pass = _row_fn(ctx, CHUNK_PASS, dtype)
+    merge = _row_fn(ctx, CHUNK_MERGE, F32)
+    scale = _row_fn(ctx, CHUNK_SCALE, F32)
     what = spec.text()
     xp, op = _pointer(ctx, x, what), _pointer(ctx, out, what)
     share = _thread_share(ctx)
     i = ctx.fresh()
     cm, cs = f"cm{i}", f"cs{i}"
-    length = f"c == {chunks - 1} ? {last} : {ch}" if last != ch else str(ch)
-    span = f"const int64_t at = (int64_t)c * {ch}, len = {length};"
     ctx.open("{")
     ctx.line(f"float {cm}[{chunks}], {cs}[{chunks}];")
     ctx.line("#pragma omp parallel")
     ctx.open("{")
     ctx.line("int lo, hi;")
     ctx.line(f"{share}({chunks}, &lo, &hi);")
-    ctx.open("for (int c = lo; c < hi; c++) {")
-    ctx.line(span)
-    ctx.line(f"const float m = {mx}({xp} + at, len, -__builtin_inff());")
-    ctx.line("/* a chunk of -inf: its exps are exp(-inf) = 0 (x - m would be NaN) */")
-    ctx.line(f"{cs}[c] = {unp}({xp} + at, len, m == -__builtin_inff() ? 0.0f : m, {op} + at,")
-    ctx.line(f"    {xp} + at + {ch});")
-    ctx.line(f"{cm}[c] = m;")
-    ctx.close()
+    ctx.line(f"{chunk_pass}({xp}, {n}, {ch}, lo, hi, {op}, {cm}, {cs});")
     ctx.line("#pragma omp barrier")
-    # every thread merges the pairs itself, in the same order (no second barrier)
-    ctx.line(f"float top = -__builtin_inff(), d = 0, f[{chunks}];")
-    ctx.line(f"for (int c = 0; c < {chunks}; c++)")
-    ctx.line(f"    top = {cm}[c] > top ? {cm}[c] : top;")
-    ctx.open(f"for (int c = 0; c < {chunks}; c++) {{")
-    ctx.line(f"f[c] = {ex}({cm}[c] - top);    /* NaN when the whole row is -inf */")
-    ctx.line(f"d += {cs}[c] * f[c];")
-    ctx.close()
-    ctx.line("const float r = 1.0f / d;")
-    ctx.line("/* this thread's own chunks, the last first (still in its L2) */")
-    ctx.open("for (int c = hi - 1; c >= lo; c--) {")
-    ctx.line(span)
-    ctx.line(f"{sc}({op} + at, len, f[c] * r);")
-    ctx.close()
+    # every thread merges the pairs itself, in the same order (no second barrier), and
+    # scales its own chunks, the last first (still in its L2)
+    ctx.line(f"float f[{chunks}];")
+    ctx.line(f"{scale}({op}, {n}, {ch}, lo, hi, f, {merge}({cm}, {cs}, {chunks}, f));")
     ctx.close()
     ctx.close()
 

@@ -236,8 +236,8 @@ def test_long_rows_take_the_chunked_kernel_and_match_numpy(isa: str, dtype: str)
 def test_checker_catches_chunks_merged_without_their_max() -> None:
     """Scaling each chunk by 1/d alone (not exp(max_c - max) / d) is caught."""
     k = _kernel("softmax", 4, 5001, "f32", "avx2")
-    assert "cm[c] * r)" in k.c_source
-    bad = dataclasses.replace(k, c_source=k.c_source.replace("cm[c] * r)", "r)"))
+    assert "f[c] * r)" in k.c_source
+    bad = dataclasses.replace(k, c_source=k.c_source.replace("f[c] * r)", "r + 0 * f[c])"))
     try:
         r = verify_kernel(bad)
     except IsaUnavailable as exc:
