@@ -319,17 +319,19 @@ def _hsum(lanes: int, v: str) -> str:
     return f"    float s = 0;\n    for (int j = 0; j < {lanes}; j++)\n        s += {v}[j];\n"
 
 
+#: The chunked softmax's three steps, shared by the one-thread and the threads' kernels
+#: (internal row functions, no Spec of their own): a run of chunks' max and stored exps
+#: with their (max, sum) pairs, the merge of all pairs into per-chunk factors, and a run
+#: of chunks scaled by them, the last first.
+CHUNK_PASS = "chunk_pass"
+CHUNK_MERGE = "chunk_merge"
+CHUNK_SCALE = "chunk_scale"
+
+
 #: Row functions that call other row functions sort after them (helpers are emitted in
-#: key order): the online pass calls the max, the division the scaling; the chunked softmax
-#: calls max, exp, scale and divide.
-_TIER = {
-    "online": 1,
-    DIVIDE_ROWS: 1,
-    "chunk_pass": 1,
-    "chunk_merge": 1,
-    "chunk_scale": 1,
-    SOFTMAX: 2,
-}
+#: key order): the online pass calls the max, the division the scaling, the chunk steps the
+#: max, the exp pass and the scaling; the chunked softmax calls the steps.
+_TIER = {"online": 1, DIVIDE_ROWS: 1, CHUNK_PASS: 1, CHUNK_MERGE: 1, CHUNK_SCALE: 1, SOFTMAX: 2}
 
 
 def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
@@ -625,15 +627,6 @@ def _chunking(n: int) -> tuple[int, int]:
     while n > ch * CHUNKS_MAX:
         ch *= 2
     return ch, -(-n // ch)
-
-
-#: The chunked softmax's three steps, shared by the one-thread and the threads' kernels
-#: (internal row functions, no Spec of their own): a run of chunks' max and stored exps
-#: with their (max, sum) pairs, the merge of all pairs into per-chunk factors, and a run
-#: of chunks scaled by them, the last first.
-CHUNK_PASS = "chunk_pass"
-CHUNK_MERGE = "chunk_merge"
-CHUNK_SCALE = "chunk_scale"
 
 
 def _chunk_step_fn(ctx: Ctx, op: str, name: str, xt: str, dtype: Dtype) -> str:
