@@ -4,8 +4,8 @@ with them changes no answer of the DP."""
 
 from __future__ import annotations
 
-import functools
 import random
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +17,7 @@ from morello_build.ir.text import parse_spec
 from morello_build.machine.target import Target, get_target
 from morello_build.search.dp import Search
 from morello_build.search.needs import UNBOUNDED, least_limits, limits_fit
+from morello_build.search.session import search_session
 from tests.unit.search.test_dp_answers import _random_limits
 
 ROOTS = {
@@ -36,7 +37,14 @@ def _fits_max(own: Limits, target: Target) -> bool:
     return all(o <= m for o, m in zip(own, target.max_limits))
 
 
-@functools.cache
+@pytest.fixture(autouse=True)
+def _one_session() -> Iterator[None]:
+    """Each test walks its graph inside one search session: the Specs are compared by
+    identity, and another test's session ending may release the interned Specs."""
+    with search_session():
+        yield
+
+
 def _graph(name: str) -> tuple[Target, list[LogicalSpec], bool]:
     """Every Spec below the root through plans that fit the target's limits, and whether
     the graph has a cycle."""
