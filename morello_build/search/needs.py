@@ -30,6 +30,7 @@ ends after a few rounds. Measurements: docs/internals.md, "Search speed".
 
 from __future__ import annotations
 
+from morello_build.actions.base import Plan
 from morello_build.actions.enumerate import actions_for
 from morello_build.ir.limits import ZERO, Limits, next_pow2
 from morello_build.ir.spec import LogicalSpec
@@ -86,29 +87,31 @@ def cached_needs() -> int:
     return sum(len(t) for t in _TABLES.values())
 
 
-def _successors(spec: LogicalSpec, target: Target) -> list[LogicalSpec]:
-    """The children of `spec`'s plans that fit the target's largest limits."""
+def _fitting_plans(spec: LogicalSpec, target: Target) -> list[Plan]:
+    """`spec`'s plans whose own buffers fit the target's largest limits (no query has
+    more, so no other plan ever fits)."""
     m0, m1, m2, m3, m4 = target.max_limits
-    out: list[LogicalSpec] = []
+    out: list[Plan] = []
     for _action, plan in actions_for(spec, target):
         o0, o1, o2, o3, o4 = plan.own
-        if o0 > m0 or o1 > m1 or o2 > m2 or o3 > m3 or o4 > m4:
-            continue
-        out.extend(plan.children)
+        if o0 <= m0 and o1 <= m1 and o2 <= m2 and o3 <= m3 and o4 <= m4:
+            out.append(plan)
     return out
+
+
+def _successors(spec: LogicalSpec, target: Target) -> list[LogicalSpec]:
+    """The children of `spec`'s plans that fit the target's largest limits."""
+    return [child for plan in _fitting_plans(spec, target) for child in plan.children]
 
 
 def _need(
     spec: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec, Limits]]
 ) -> Limits:
     """`spec`'s need from its children's current entries in `table` (the formula above)."""
-    m0, m1, m2, m3, m4 = target.max_limits
     b0 = b1 = b2 = b3 = b4 = UNBOUNDED
-    for _action, plan in actions_for(spec, target):
+    for plan in _fitting_plans(spec, target):
         own = plan.own
         o0, o1, o2, o3, o4 = own
-        if o0 > m0 or o1 > m1 or o2 > m2 or o3 > m3 or o4 > m4:
-            continue
         children = plan.children
         if not children:
             r0, r1, r2, r3, r4 = o0, o1, o2, o3, o4
