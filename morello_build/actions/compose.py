@@ -1,11 +1,17 @@
-"""Bufferize: run a pipeline's head into an intermediate buffer, then the rest of it.
+"""Bufferize: run a pipeline's first stages into an intermediate buffer, then the rest.
 
 A pipeline Spec (ir/spec.py, `compose_stages`) has no kernel of its own. The search tiles
 its output (every stage is elementwise after the head, so an output tile is a tile of
-every stage) and then bufferizes: the head writes a row-major f32 intermediate at a
-chosen level, the remaining stages read it. Bufferizing a small tile into L1 is the fused
+every stage) and then bufferizes: the first stages write a row-major f32 intermediate at
+a chosen level, the remaining stages read it. Bufferizing a small tile into L1 is the fused
 plan (the epilogue runs on a tile that is still in cache); bufferizing the whole output
 in GL is the unfused one (two passes over memory). The DP chooses (docs/pipelines.md).
+
+The cut is after the head, or before a later Matmul (`cut_points`): then the elementwise
+stages between two products stay one pipeline, which can be tiled by rows and fused on
+its own (the scale and softmax of `softmax((q @ k.T) * s) @ v` in one pass over the
+scores) even where the products run unfused. The original cuts at every stage; the cuts
+before a product are the ones that keep elementwise stages together.
 """
 
 from __future__ import annotations
@@ -35,35 +41,58 @@ from morello_build.machine.target import Target
 BUFFER_LEVELS = (Level.L1, Level.GL)
 
 
+def cut_points(stages: tuple[str, ...]) -> tuple[int, ...]:
+    """Where a pipeline of `stages` may be cut (the number of stages before the cut):
+    after its head, and before every later Matmul."""
+    return tuple(at for at in range(1, len(stages)) if at == 1 or stages[at] == MATMUL)
+
+
+def _stage_inputs(stages: tuple[str, ...]) -> tuple[int, ...]:
+    """How many of a pipeline's operands each stage reads (operands are in stage order:
+    the head's inputs, then one per later broadcast or Matmul, then the output)."""
+    counts = []
+    for i, k in enumerate(stages):
+        n = (2 if k == MATMUL else 1) if i == 0 else int(k == MATMUL)
+        counts.append(n + int(k in BROADCAST_KINDS))
+    return tuple(counts)
+
+
 def _split(
-    spec: LogicalSpec, level: Level
+    spec: LogicalSpec, level: Level, at: int = 1
 ) -> tuple[LogicalSpec, LogicalSpec, tuple[tuple[int, ...], ...]] | None:
-    """(head, tail, wiring): the pipeline `spec` cut after its head, the head writing a
-    dense f32 intermediate at `level`. The wiring names the head's operands then the
-    tail's; the intermediate is ``len(spec.operands)``."""
+    """(head, tail, wiring): the pipeline `spec` cut after its first `at` stages, which
+    write a dense f32 intermediate at `level`. The wiring names the head's operands then
+    the tail's; the intermediate is ``len(spec.operands)``."""
     stages = compose_stages(spec.kind)
-    if stages is None:
+    if stages is None or not 1 <= at < len(stages):
         return None
     dims = compose_dims(stages)
     shape = spec.shape
     rows, ops = shape[dims.rows], spec.operands
-    n_head = 2 if stages[0] == MATMUL else 1
-    if stages[0] in BROADCAST_KINDS:
-        n_head += 1
+    n_head = sum(_stage_inputs(stages)[:at])
     scratch = len(ops)
     head_w = (*range(n_head), scratch)
     tail_w = (scratch, *range(n_head, len(ops)))
-    rest = stages[1:]
-    if stages[0] == MATMUL:
-        head_shape: tuple[int, ...] = (1, rows, shape[dims.rows + 1], shape[dims.cols[0]])
-    else:
-        head_shape = (rows, shape[dims.cols[0]])
+    first, rest = stages[:at], stages[at:]
+    head_kind = first[0] if at == 1 else compose_kind(first)
+    # The head's dims, as the parent's: a batch dim if it has a Matmul, the rows, a Matmul
+    # head's k, then its column dims.
+    head_dims = [0] if MATMUL in first else []
+    head_dims.append(dims.rows)
+    if first[0] == MATMUL:
+        head_dims.append(dims.rows + 1)
+    head_dims += dict.fromkeys(dims.cols[:at])
+    head_shape = tuple(shape[d] for d in head_dims)
     if MATMUL in rest:  # the tail keeps a batch dim: rows, then its column dims
-        tail_shape: tuple[int, ...] = (1, rows, *(shape[d] for d in dict.fromkeys(dims.cols)))
+        tail_shape: tuple[int, ...] = (
+            1,
+            rows,
+            *(shape[d] for d in dict.fromkeys(dims.cols[at - 1 :])),
+        )
     else:
         tail_shape = (rows, shape[dims.cols[-1]])
     tail_kind = rest[0] if len(rest) == 1 else compose_kind(rest)
-    head_t = _dense(operand_shapes(stages[0], head_shape)[-1], level)
+    head_t = _dense(operand_shapes(head_kind, head_shape)[-1], level)
     tail_t = _dense(operand_shapes(tail_kind, tail_shape)[0], level)
     if head_t is None or tail_t is None:
         return None
@@ -74,7 +103,7 @@ def _split(
             return None
         tail_ops[-1] = out
     head_ops = tuple(ops[i] for i in head_w[:-1]) + (head_t,)
-    head = canonical(stages[0], False, head_shape, head_ops, spec.serial)
+    head = canonical(head_kind, False, head_shape, head_ops, spec.serial)
     tail = canonical(tail_kind, False, tail_shape, tuple(tail_ops), spec.serial)
     return head, tail, (head_w, tail_w)
 
@@ -91,14 +120,15 @@ def _dense(shape: tuple[int, ...], level: Level) -> TensorSpec | None:
 
 @dataclass(frozen=True)
 class Bufferize:
-    """Split a pipeline after its head, through an intermediate at `level`."""
+    """Split a pipeline after its first `at` stages, through an intermediate at `level`."""
 
     level: Level
+    at: int = 1
 
     def _parts(
         self, spec: LogicalSpec
     ) -> tuple[tuple[LogicalSpec, LogicalSpec], TensorSpec, tuple[tuple[int, ...], ...]] | None:
-        found = _split(spec, self.level)
+        found = _split(spec, self.level, self.at)
         if found is None:
             return None
         head, tail, wiring = found

@@ -53,7 +53,7 @@ from typing import TypeVar, cast
 from morello_build.actions import move as move_mod
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action, Plan
-from morello_build.actions.compose import BUFFER_LEVELS, Bufferize
+from morello_build.actions.compose import BUFFER_LEVELS, Bufferize, cut_points
 from morello_build.actions.move import Move
 from morello_build.actions.rows import (
     ONLINE,
@@ -465,7 +465,7 @@ def _operand_moves(
 def _compose_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     """A pipeline (actions/compose.py): the cache views and B packing a non-accumulating
     Matmul's inputs get (so they can be hoisted above the pipeline's loops), output
-    tiles, then Bufferize at each level."""
+    tiles, then Bufferize at each cut point and level."""
     acts: list[Action] = []
     stages = compose_stages(spec.kind)
     if stages is not None and stages[0] == MATMUL:
@@ -478,7 +478,8 @@ def _compose_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             a for a in tilings if isinstance(a, TileOut) and a.shape[cols] == spec.shape[cols]
         )
     acts.extend(tilings)
-    acts.extend(Bufferize(level) for level in BUFFER_LEVELS)
+    if stages is not None:
+        acts.extend(Bufferize(level, at) for at in cut_points(stages) for level in BUFFER_LEVELS)
     return acts
 
 

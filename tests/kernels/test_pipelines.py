@@ -7,13 +7,18 @@ import dataclasses
 
 import pytest
 
+from morello_build.actions.compose import Bufferize, cut_points
 from morello_build.api import synthesize, synthesize_kernel
 from morello_build.codegen.emit import generate_c
 from morello_build.errors import SpecError
 from morello_build.harness.verify import verify_kernel
 from morello_build.impl.nodes import Loop, Staged
+from morello_build.ir.levels import Level
+from morello_build.ir.spec import compose_stages
 from morello_build.ir.text import parse_spec
 from morello_build.machine.isa import host_supports
+from morello_build.machine.target import get_target
+from morello_build.schedule import Schedule
 from morello_build.search.coords import locate, spec_at
 from tests.support.compilers import verify_with_each_compiler
 
@@ -143,6 +148,49 @@ def test_verification_fails_for_the_wrong_pipeline(text: str, checked_as: str) -
     v = verify_kernel(wrong)
     assert not v.ok
     assert "elements wrong" in v.details
+
+
+#: Pipelines with a product after their head: the stages before it may run as one pipeline.
+LATER_PRODUCTS = [
+    p for p in PIPELINES if len(cut_points(compose_stages(parse_spec(p).kind) or ())) > 1
+]
+
+
+def test_pipelines_are_cut_after_the_head_and_before_each_later_product() -> None:
+    assert cut_points(("matmul", "add_row", "relu")) == (1,)
+    assert cut_points(("matmul", "mul_scalar", "softmax", "matmul")) == (1, 3)
+    assert cut_points(("matmul", "matmul", "matmul")) == (1, 2)
+    assert len(LATER_PRODUCTS) >= 5  # the list below tests them all
+
+
+@needs_avx2
+@pytest.mark.parametrize("level", [Level.GL, Level.L1])
+@pytest.mark.parametrize("text", LATER_PRODUCTS)
+def test_every_cut_before_a_product_matches_numpy(text: str, level: Level) -> None:
+    """Each cut before a later product, forced at the root (the stages before it write
+    the intermediate, the product and what follows read it), then the cuts of the two
+    pipelines it leaves (an elementwise head: `[MulScalar, Softmax]` of attention), each
+    program compiled and checked against numpy whatever the DP would choose."""
+    spec = parse_spec(text)
+    target = get_target("avx2")
+    stages = compose_stages(spec.kind)
+    assert stages is not None
+    for at in cut_points(stages)[1:]:
+        sched = Schedule.for_spec(spec, target).apply(Bufferize(level, at))
+        impl = sched.synthesize_rest().impl
+        root = impl
+        assert isinstance(root, Staged) and root.action.endswith(f"after {at})")
+        head, tail = (c.spec.kind for c in root.children)
+        assert compose_stages(head) == stages[:at], (head, tail)
+        v = verify_kernel(generate_c(impl, "fused", "avx2"))
+        assert v.ok, f"cut after {at} at {level.name}: {v.details}"
+    # The tail of the head cut, cut again before its product: an elementwise pipeline.
+    rest = stages[1:]
+    for at in cut_points(rest)[1:]:
+        sched = Schedule.for_spec(spec, target).apply(Bufferize(Level.GL))
+        impl = sched.apply(Bufferize(level, at), [1]).synthesize_rest().impl
+        v = verify_kernel(generate_c(impl, "fused", "avx2"))
+        assert v.ok, f"tail cut after {at} at {level.name}: {v.details}"
 
 
 def _bufferized(node: object, under_loop: bool = False) -> list[tuple[str, bool]]:
