@@ -151,4 +151,6 @@ class Bufferize:
         return Staged(spec, children, (buf,), wiring, self.describe())
 
     def describe(self) -> str:
-        return f"bufferize({self.level.name})"
+        if self.at == 1:
+            return f"bufferize({self.level.name})"
+        return f"bufferize({self.level.name}, after {self.at})"
