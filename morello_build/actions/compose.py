@@ -25,7 +25,6 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT
 from morello_build.ir.spec import (
-    BROADCAST_KINDS,
     MATMUL,
     LogicalSpec,
     canonical,
@@ -47,16 +46,6 @@ def cut_points(stages: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(at for at in range(1, len(stages)) if at == 1 or stages[at] == MATMUL)
 
 
-def _stage_inputs(stages: tuple[str, ...]) -> tuple[int, ...]:
-    """How many of a pipeline's operands each stage reads (operands are in stage order:
-    the head's inputs, then one per later broadcast or Matmul, then the output)."""
-    counts = []
-    for i, k in enumerate(stages):
-        n = (2 if k == MATMUL else 1) if i == 0 else int(k == MATMUL)
-        counts.append(n + int(k in BROADCAST_KINDS))
-    return tuple(counts)
-
-
 def _split(
     spec: LogicalSpec, level: Level, at: int = 1
 ) -> tuple[LogicalSpec, LogicalSpec, tuple[tuple[int, ...], ...]] | None:
@@ -69,7 +58,7 @@ def _split(
     dims = compose_dims(stages)
     shape = spec.shape
     rows, ops = shape[dims.rows], spec.operands
-    n_head = sum(_stage_inputs(stages)[:at])
+    n_head = sum(s < at for s in dims.stage_of)
     scratch = len(ops)
     head_w = (*range(n_head), scratch)
     tail_w = (scratch, *range(n_head, len(ops)))

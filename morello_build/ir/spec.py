@@ -222,13 +222,15 @@ class ComposeDims(NamedTuple):
     for an elementwise head the columns of its input. `operands` are the spec dims of each
     operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``,
     a ``[rows, n]`` matrix, or a Matmul's rhs ``[1, cols, n]``), the output
-    ``[rows, last cols]``.
+    ``[rows, last cols]``. `stage_of` says which stage reads each operand (the output's
+    entry is the stage count), so operand names and pipeline cuts need no second walk.
     """
 
     rank: int
     rows: int
     operands: tuple[tuple[int, ...], ...]
     cols: tuple[int, ...]  # the column dim after each stage
+    stage_of: tuple[int, ...]  # per operand: the stage that reads it (output: len(stages))
 
 
 _COMPOSE_DIMS: dict[tuple[str, ...], ComposeDims] = {}
@@ -247,17 +249,21 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
     else:
         ops.append((rows, rows + 1))
         col, nxt = rows + 1, rows + 2
+    stage_of = [0] * len(ops)
     cols = [col]
     for i, k in enumerate(stages):
         if k in BROADCAST_KINDS:
             ops.append(tuple((rows, col)[d] for d in broadcast_dims(k)))
+            stage_of.append(i)
         elif k == MATMUL and i > 0:
             ops.append((0, col, nxt))
+            stage_of.append(i)
             col, nxt = nxt, nxt + 1
         if i > 0:
             cols.append(col)
     ops.append((rows, col))
-    found = ComposeDims(nxt, rows, tuple(ops), tuple(cols))
+    stage_of.append(len(stages))
+    found = ComposeDims(nxt, rows, tuple(ops), tuple(cols), tuple(stage_of))
     _COMPOSE_DIMS[stages] = found
     return found
 
@@ -275,13 +281,13 @@ def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
     vectors = sum(k in BROADCAST_KINDS for k in stages)
     names: list[str] = ["lhs", "rhs"] if stages[0] == MATMUL else ["x"]
     nb, nm = 0, 1
-    for i, k in enumerate(stages):
-        if k in BROADCAST_KINDS:
-            nb += 1
-            names.append("b" if vectors == 1 else f"b{nb}")
-        elif k == MATMUL and i > 0:
+    for i in compose_dims(stages).stage_of[len(names) : -1]:
+        if stages[i] == MATMUL:
             nm += 1
             names.append(f"rhs{nm}")
+        else:
+            nb += 1
+            names.append("b" if vectors == 1 else f"b{nb}")
     return (*names, "out")
 
 

@@ -99,17 +99,11 @@ def _fitting_plans(spec: LogicalSpec, target: Target) -> list[Plan]:
     return out
 
 
-def _successors(spec: LogicalSpec, target: Target) -> list[LogicalSpec]:
-    """The children of `spec`'s plans that fit the target's largest limits."""
-    return [child for plan in _fitting_plans(spec, target) for child in plan.children]
-
-
-def _need(
-    spec: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec, Limits]]
-) -> Limits:
-    """`spec`'s need from its children's current entries in `table` (the formula above)."""
+def _need(plans: list[Plan], table: dict[int, tuple[LogicalSpec, Limits]]) -> Limits:
+    """The need of a Spec with fitting `plans`, from its children's current entries in
+    `table` (the formula above)."""
     b0 = b1 = b2 = b3 = b4 = UNBOUNDED
-    for plan in _fitting_plans(spec, target):
+    for plan in plans:
         own = plan.own
         o0, o1, o2, o3, o4 = own
         children = plan.children
@@ -161,6 +155,9 @@ def _fill(root: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec,
     low: dict[int, int] = {}
     on_stack: set[int] = set()
     component_stack: list[LogicalSpec] = []
+    # The fitting plans of each Spec on the component stack, listed once when it is opened
+    # and handed to `_need` when its component closes.
+    plans_of: dict[int, list[Plan]] = {}
     # Frames: (Spec, its successors, position of the next successor to visit).
     frames: list[tuple[LogicalSpec, list[LogicalSpec], list[int]]] = []
 
@@ -169,7 +166,8 @@ def _fill(root: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec,
         index[k] = low[k] = len(index)
         on_stack.add(k)
         component_stack.append(spec)
-        frames.append((spec, _successors(spec, target), [0]))
+        plans = plans_of[k] = _fitting_plans(spec, target)
+        frames.append((spec, [child for plan in plans for child in plan.children], [0]))
 
     open_frame(root)
     while frames:
@@ -204,28 +202,27 @@ def _fill(root: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec,
             members.append(member)
             if member is spec:
                 break
-        _value_component(members, succ, target, table)
+        _value_component([(m, plans_of.pop(id(m))) for m in members], succ, table)
 
 
 def _value_component(
-    members: list[LogicalSpec],
+    members: list[tuple[LogicalSpec, list[Plan]]],
     root_successors: list[LogicalSpec],
-    target: Target,
     table: dict[int, tuple[LogicalSpec, Limits]],
 ) -> None:
-    """Final needs for one strongly connected component (its successors outside it are
-    final already)."""
-    if len(members) == 1 and not any(s is members[0] for s in root_successors):
-        spec = members[0]
-        table[id(spec)] = (spec, _need(spec, target, table))
+    """Final needs for one strongly connected component, given each member's fitting plans
+    (its successors outside it are final already)."""
+    if len(members) == 1 and not any(s is members[0][0] for s in root_successors):
+        spec, plans = members[0]
+        table[id(spec)] = (spec, _need(plans, table))
         return
-    for spec in members:
+    for spec, _plans in members:
         table[id(spec)] = (spec, _ALL_UNBOUNDED)
     changed = True
     while changed:
         changed = False
-        for spec in members:
-            value = _need(spec, target, table)
+        for spec, plans in members:
+            value = _need(plans, table)
             if value != table[id(spec)][1]:
                 table[id(spec)] = (spec, value)
                 changed = True

@@ -178,9 +178,8 @@ def test_every_cut_before_a_product_matches_numpy(text: str, level: Level) -> No
     for at in cut_points(stages)[1:]:
         sched = Schedule.for_spec(spec, target).apply(Bufferize(level, at))
         impl = sched.synthesize_rest().impl
-        root = impl
-        assert isinstance(root, Staged) and root.action.endswith(f"after {at})")
-        head, tail = (c.spec.kind for c in root.children)
+        assert isinstance(impl, Staged) and impl.action.endswith(f"after {at})")
+        head, tail = (c.spec.kind for c in impl.children)
         assert compose_stages(head) == stages[:at], (head, tail)
         v = verify_kernel(generate_c(impl, "fused", "avx2"))
         assert v.ok, f"cut after {at} at {level.name}: {v.details}"
