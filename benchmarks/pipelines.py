@@ -67,28 +67,34 @@ def expr_inputs(
     expr: str, m: int, k: int, n: int, scalars: frozenset[str] = frozenset()
 ) -> dict[str, tuple[int, ...]]:
     """The input shapes of `expr` at M, K, N, in the order the names first appear: x [M, K],
-    w [K, N], a later product's matrix [N, K] (back to K, as an MLP's second layer), the
-    `scalars` [1], every other input a vector of the current width; a name written ``.T``
-    is stored transposed."""
+    w [K, N], a later product's matrix [N, K] (back to K, as an MLP's second layer), a
+    gate's (x @ w3, x read again) [K, N], the `scalars` [1], every other input a vector of
+    the current width; a name written ``.T`` is stored transposed."""
     tokens = re.findall(r"[A-Za-z_]\w*(?:\.T\b)?|@", expr)
     shapes: dict[str, tuple[int, ...]] = {}
     after_at, width = False, k if "@" in expr else n
+    prev, gate = "", False  # the last input named; whether this `@` reads the first again
     for tok in tokens:
         name, transposed = tok.removesuffix(".T"), tok.endswith(".T")
-        if tok == "@" or name in FUNCTIONS or name in shapes:
-            after_at = tok == "@"
+        if tok == "@":
+            after_at, gate = True, len(shapes) > 1 and prev == next(iter(shapes))
+            continue
+        if name in FUNCTIONS or name in shapes:
+            prev, after_at = name, False
             continue
         if name in scalars:
             shapes[name] = (1,)
         elif not shapes:
             shapes[name] = (m, width)
+        elif after_at and gate:
+            shapes[name] = (k, n)
         elif after_at:
             dims = (width, n if width == k else k)
             width = dims[1]
             shapes[name] = dims[::-1] if transposed else dims
         else:
             shapes[name] = (width,)
-        after_at = False
+        prev, after_at = name, False
     return shapes
 
 

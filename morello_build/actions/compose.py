@@ -12,6 +12,11 @@ stages between two products stay one pipeline, which can be tiled by rows and fu
 its own (the scale and softmax of `softmax((q @ k.T) * s) @ v` in one pass over the
 scores) even where the products run unfused. The original cuts at every stage; the cuts
 before a product are the ones that keep elementwise stages together.
+
+A pipeline with a gate (`silu(x @ w1) * (x @ w3)`: the value times the head's lhs by one
+more matrix) is cut only before the gate: the first stages write the gate's other side
+g, and the rest is an ordinary pipeline headed by the gate's own product,
+``(x @ w3) * g ...``, which reads the same x: one input feeds both, through the wiring.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT
 from morello_build.ir.spec import (
+    GATE,
     MATMUL,
+    MUL,
     LogicalSpec,
     canonical,
     compose_dims,
@@ -42,7 +49,10 @@ BUFFER_LEVELS = (Level.L1, Level.GL)
 
 def cut_points(stages: tuple[str, ...]) -> tuple[int, ...]:
     """Where a pipeline of `stages` may be cut (the number of stages before the cut):
-    after its head, and before every later Matmul."""
+    after its head, and before every later Matmul; before its gate only, if it has one
+    (a tail that starts after the head but before the gate would lose the head's lhs)."""
+    if GATE in stages:
+        return (stages.index(GATE),)
     return tuple(at for at in range(1, len(stages)) if at == 1 or stages[at] == MATMUL)
 
 
@@ -63,6 +73,10 @@ def _split(
     head_w = (*range(n_head), scratch)
     tail_w = (scratch, *range(n_head, len(ops)))
     first, rest = stages[:at], stages[at:]
+    gated = rest[0] == GATE
+    if gated:  # the tail is (lhs @ gate) * intermediate, then the rest: lhs read again
+        rest = (MATMUL, MUL, *rest[1:])
+        tail_w = (0, n_head, scratch, *range(n_head + 1, len(ops)))
     head_kind = first[0] if at == 1 else compose_kind(first)
     # The head's dims, as the parent's: a batch dim if it has a Matmul, the rows, a Matmul
     # head's k, then its column dims.
@@ -72,20 +86,22 @@ def _split(
         head_dims.append(dims.rows + 1)
     head_dims += dict.fromkeys(dims.cols[:at])
     head_shape = tuple(shape[d] for d in head_dims)
-    if MATMUL in rest:  # the tail keeps a batch dim: rows, then its column dims
+    if MATMUL in rest:  # the tail keeps a batch dim: rows, (a gate's k,) its column dims
         tail_shape: tuple[int, ...] = (
             1,
             rows,
+            *((shape[dims.rows + 1],) if gated else ()),
             *(shape[d] for d in dict.fromkeys(dims.cols[at - 1 :])),
         )
     else:
         tail_shape = (rows, shape[dims.cols[-1]])
     tail_kind = rest[0] if len(rest) == 1 else compose_kind(rest)
+    at_buf = tail_w.index(scratch)
     head_t = _dense(operand_shapes(head_kind, head_shape)[-1], level)
-    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[0], level)
+    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[at_buf], level)
     if head_t is None or tail_t is None:
         return None
-    tail_ops = [tail_t, *(ops[i] for i in tail_w[1:])]
+    tail_ops = [tail_t if i == scratch else ops[i] for i in tail_w]
     if tail_kind == MATMUL:  # a Matmul writes [1, rows, n]: the same memory as [rows, n]
         out = batched(tail_ops[-1])
         if out is None:
@@ -122,7 +138,7 @@ class Bufferize:
             return None
         head, tail, wiring = found
         # The buffer as the tail reads it (the emitter views it as the head writes it).
-        return (head, tail), tail.operands[0], wiring
+        return (head, tail), tail.operands[wiring[1].index(len(spec.operands))], wiring
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         parts = self._parts(spec)

@@ -64,6 +64,7 @@ from morello_build.harness.verify import kernel_compile_flags
 from morello_build.ir.spec import (
     ADD_KINDS,
     BROADCAST_KINDS,
+    GATE,
     MATMUL,
     broadcast_dims,
     compose_stages,
@@ -83,7 +84,7 @@ ONEDNN = "oneDNN matmul + post-ops"
 C_OPENBLAS = "sgemm (OpenBLAS) + C loops"
 C_MKL = "sgemm (MKL) + C loops"
 T = TypeVar("T")
-_OPERAND_KINDS = (MATMUL, *BROADCAST_KINDS)  # the stages that read an input
+_OPERAND_KINDS = (MATMUL, GATE, *BROADCAST_KINDS)  # the stages that read an input
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -102,7 +103,8 @@ class PipelineCase:
 
     def walk(self, items: Sequence[T]) -> tuple[T, list[tuple[str, T | None]]]:
         """Pair `items` (one per input) with the stages: the head's input, then (stage, its
-        operand or None) in order; a matmul's operand is its right matrix."""
+        operand or None) in order; a matmul's operand is its right matrix, a gate's the
+        right matrix of its product with the head's input."""
         it = iter(items)
         head = next(it)
         return head, [(k, next(it) if k in _OPERAND_KINDS else None) for k in self.stages]
@@ -228,6 +230,7 @@ def _numpy_passes(
 def plan_unfused(case: PipelineCase) -> PyImpl | str:
     """`np.matmul(x, w, out=y)` (numpy's OpenBLAS), then the epilogue in place, f32."""
     src, stages = case.walk(case.logical())
+    first = src
     y = t = np.empty(0, dtype=np.float32)
     steps: list[Callable[[], object]] = []
     for kind, arg in stages:
@@ -236,6 +239,11 @@ def plan_unfused(case: PipelineCase) -> PyImpl | str:
             y = np.empty((src.shape[0], arg.shape[1]), dtype=np.float32)
             t = np.empty_like(y)
             steps.append(functools.partial(np.matmul, src, arg, out=y))
+        elif kind == GATE:  # y *= first @ arg, the product into its own array
+            assert arg is not None
+            g = np.empty_like(y)
+            steps.append(functools.partial(np.matmul, first, arg, out=g))
+            steps.append(functools.partial(np.multiply, y, g, out=y))
         else:
             if src is not y:  # an elementwise head
                 y, t = np.empty(src.shape, dtype=np.float32), np.empty(src.shape, dtype=np.float32)
@@ -273,8 +281,13 @@ def onnx_model(case: PipelineCase) -> tuple[bytes, dict[str, NDArray[np.float32]
             nodes.append(helper.make_node("Transpose", [f"in{i}"], [f"in{i}T"], perm=[1, 0]))
         names.append(f"in{i}T" if transposed else f"in{i}")
     cur, stages = case.walk(names)
+    first = cur
     for i, (kind, arg) in enumerate(stages):
-        if arg is not None:
+        if kind == GATE:
+            assert arg is not None
+            nodes.append(helper.make_node("MatMul", [first, arg], [f"g{i}"]))
+            nodes.append(helper.make_node("Mul", [cur, f"g{i}"], [f"v{i}"]))
+        elif arg is not None:
             op = "MatMul" if kind == MATMUL else "Add" if kind in ADD_KINDS else "Mul"
             nodes.append(helper.make_node(op, [cur, arg], [f"v{i}"]))
         elif kind == "silu":
@@ -344,9 +357,12 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
 
     def f(arrays: Sequence[Any]) -> Any:
         v, stages = case.walk([a.T if t else a for a, t in zip(arrays, transposed, strict=True)])
+        first = v
         for kind, arg in stages:
             if arg is None:
                 v = acts[kind](v)
+            elif kind == GATE:
+                v = v * jnp.matmul(first, arg, precision=jax.lax.Precision.HIGHEST)
             elif kind == MATMUL:
                 v = jnp.matmul(v, arg, precision=jax.lax.Precision.HIGHEST)
             else:

@@ -6,6 +6,8 @@ DP fused, every stage rounds to f32 once per element, in this order):
   the smaller of Higham's worst case and the probabilistic ``10 sqrt(K) u``); a later
   Matmul by C: the error so far times ``|C|``, plus ``coeff(K) * ((|v| + error) @ |C|)``;
 - ``+ b`` / ``* b``: the error so far (times ``|b|``), plus one rounding of the result;
+- a gate, ``v * (A @ G)`` with the head's A: the product's own bound ``e_g`` as the head's,
+  then ``err |g| + (|v| + err) e_g`` plus one rounding of the result;
 - an activation f: the error so far times f's largest slope (relu 1, silu 1.1, both
   GELUs 1.13; exp: ``exp(v) * expm1(e)``), plus f's own bound at the exact value
   (harness/row_reference.py) widened by the same relative amount;
@@ -37,6 +39,7 @@ from morello_build.harness.row_reference import (
 from morello_build.ir.spec import (
     ADD_KINDS,
     BROADCAST_KINDS,
+    GATE,
     MATMUL,
     SOFTMAX,
     compose_stages,
@@ -49,7 +52,7 @@ SLOPES = {"relu": 1.0, "silu": 1.1, "gelu_tanh": 1.13, "gelu_erf": 1.13}
 
 def input_range(name: str, shapes: Mapping[str, tuple[int, ...]]) -> float:
     """Half-width of the uniform values of input `name` (module docstring)."""
-    if name == "lhs" or (name == "rhs" and "lhs" in shapes):
+    if name == "lhs" or (name in ("rhs", "gate") and "lhs" in shapes):
         return 3.0 / shapes["lhs"][-1] ** 0.25
     if name.startswith("rhs"):  # a later Matmul: keeps the running value's size (about 3)
         return math.sqrt(3.0 / shapes[name][-2])
@@ -90,6 +93,17 @@ def pipeline_reference(
         err = np.zeros_like(v)
         rest = stages
     for stage in rest:
+        if stage == GATE:  # v * (a @ g): a product like the head's, then one rounding
+            g_in = inputs[next(names)]
+            k = int(g_in.shape[-2])
+            g = g_in.reshape(k, -1)
+            gv = a @ g
+            eg = float_matmul_coeff(k, statistical=True) * (np.abs(a) @ np.abs(g))
+            eg = eg + k * SUBNORMAL_ABS
+            err = err * np.abs(gv) + (np.abs(v) + err) * eg
+            v = v * gv
+            err = err + U * (np.abs(v) + err) + SUBNORMAL_ABS / 2
+            continue
         if stage == MATMUL:  # err' = err @ |c| + the product's own rounding of |v| + err
             c = inputs[next(names)]
             k = int(c.shape[-2])

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from morello_build.harness.compile import compile_object, find_compiler, link
 from morello_build.harness.peer_registry import PeerLib
-from morello_build.ir.spec import ADD_KINDS, BROADCAST_KINDS, MATMUL, broadcast_dims
+from morello_build.ir.spec import ADD_KINDS, BROADCAST_KINDS, GATE, MATMUL, broadcast_dims
 
 __all__ = ["C_FLAGS", "UnfusedC", "unfused_c", "unfused_c_source"]
 
@@ -84,6 +84,7 @@ def unfused_c_source(
     body: list[str] = []
     cur = _input(head, 0)
     pending: list[str] = []  # elementwise statements not yet emitted as a loop
+    into: list[_Value] = []  # where the pending loop writes, if not `written`'s choice
 
     def written(shape: tuple[int, int]) -> _Value:
         """Where a step that reads `cur` writes: in place if `cur` is ours, else a buffer."""
@@ -97,7 +98,7 @@ def unfused_c_source(
         if not pending:
             return
         rows, cols = cur.shape
-        out = written(cur.shape)
+        out = into.pop() if into else written(cur.shape)
         body.append(f"    for (long i = 0; i < {rows}; i++)")
         body.append(f"        for (long j = 0; j < {cols}; j++) {{")
         body.append(f"            float v = {cur.at()};")
@@ -107,6 +108,37 @@ def unfused_c_source(
         pending.clear()
         cur = out
 
+    def product(lhs: _Value, rhs: _Value) -> _Value | str:
+        """`lhs @ rhs` by one BLAS call into a new buffer, or why not."""
+        (m, k), (k2, n) = lhs.shape, rhs.shape
+        if k != k2:
+            return f"a product of {lhs.shape} by {rhs.shape}"
+        blas_args = []
+        for v in (lhs, rhs):
+            if v.strides[1] == 1:
+                blas_args.append(f"{_NO_TRANS}, {v.ptr}, {v.strides[0]}")
+            elif v.strides[0] == 1:
+                blas_args.append(f"{_TRANS}, {v.ptr}, {v.strides[1]}")
+            else:
+                return f"a matrix with strides {v.strides} is not a BLAS operand"
+        buffers.append((m, n))
+        out = _Value(f"buf[{len(buffers) - 1}]", (m, n), (n, 1))
+        (ta, pa, lda), (tb, pb, ldb) = (a.split(", ") for a in blas_args)
+        if m == 1:  # a row times a matrix is a gemv, as numpy calls it: y = w^T x
+            trans = _TRANS if tb == str(_NO_TRANS) else _NO_TRANS
+            rows, cols = (k, n) if trans == _TRANS else (n, k)
+            body.append(
+                f"    sgemv({_ROW_MAJOR}, {trans}, {rows}, {cols}, 1.0f, {pb}, {ldb}, "
+                f"{pa}, {lhs.strides[1]}, 0.0f, {out.ptr}, 1);"
+            )
+        else:
+            body.append(
+                f"    sgemm({_ROW_MAJOR}, {ta}, {tb}, {m}, {n}, {k}, 1.0f, {pa}, {lda}, "
+                f"{pb}, {ldb}, 0.0f, {out.ptr}, {n});"
+            )
+        return out
+
+    first = cur  # the head's lhs: a gate's product reads it again
     for kind, arg in stages:
         operand = None
         if arg is not None:
@@ -114,34 +146,16 @@ def unfused_c_source(
             operand = f"in[{len(inputs) - 1}]"
         if kind == MATMUL:
             flush()
-            rhs = _input(arg, len(inputs) - 1)
-            (m, k), (k2, n) = cur.shape, rhs.shape
-            if k != k2:
-                return f"a product of {cur.shape} by {rhs.shape}"
-            blas_args = []
-            for v in (cur, rhs):
-                if v.strides[1] == 1:
-                    blas_args.append(f"{_NO_TRANS}, {v.ptr}, {v.strides[0]}")
-                elif v.strides[0] == 1:
-                    blas_args.append(f"{_TRANS}, {v.ptr}, {v.strides[1]}")
-                else:
-                    return f"a matrix with strides {v.strides} is not a BLAS operand"
-            buffers.append((m, n))
-            out = _Value(f"buf[{len(buffers) - 1}]", (m, n), (n, 1))
-            (ta, pa, lda), (tb, pb, ldb) = (a.split(", ") for a in blas_args)
-            if m == 1:  # a row times a matrix is a gemv, as numpy calls it: y = w^T x
-                trans = _TRANS if tb == str(_NO_TRANS) else _NO_TRANS
-                rows, cols = (k, n) if trans == _TRANS else (n, k)
-                body.append(
-                    f"    sgemv({_ROW_MAJOR}, {trans}, {rows}, {cols}, 1.0f, {pb}, {ldb}, "
-                    f"{pa}, {cur.strides[1]}, 0.0f, {out.ptr}, 1);"
-                )
-            else:
-                body.append(
-                    f"    sgemm({_ROW_MAJOR}, {ta}, {tb}, {m}, {n}, {k}, 1.0f, {pa}, {lda}, "
-                    f"{pb}, {ldb}, 0.0f, {out.ptr}, {n});"
-                )
-            cur = out
+            got = product(cur, _input(arg, len(inputs) - 1))
+            if isinstance(got, str):
+                return got
+            cur = got
+        elif kind == GATE:  # v * (head's lhs @ gate): the product by BLAS, then in place
+            got = product(first, _input(arg, len(inputs) - 1))
+            if isinstance(got, str):
+                return got
+            pending.append(f"v = v * {got.at()};")
+            into[:] = [got]  # the loop writes the product's buffer: the last one written
         elif kind in BROADCAST_KINDS:
             op = "+" if kind in ADD_KINDS else "*"
             # b's element for value (i, j): one value, a row's, a column's, or a matrix's

@@ -387,8 +387,9 @@ _EXPR_DOC = (
     "(`x @ w`, or `x @ w.T`) or an input matrix, then any of "
     + ", ".join(f"`{f}`" for f in FUNCTIONS)
     + ", `+` or `*` with a bias `[n]`, a column `[rows, 1]` or a matrix `[rows, n]` (a "
-    "residual, a gate), and `@` by another input "
-    "matrix; out is f32 `[rows, n]` (docs/configuration.md#pipelines, docs/pipelines.md)"
+    "residual, a gate), `@` by another input matrix, and `*` by a product of the first "
+    "product's left side (a gated FFN's `silu(x @ w1) * (x @ w3)`); out is f32 `[rows, n]` "
+    "(docs/configuration.md#pipelines, docs/pipelines.md)"
 )
 _OP_DOC = (
     'the operation: `"matmul"`, or a row op on a `[rows, n]` x giving an f32 `[rows, n]` out: '

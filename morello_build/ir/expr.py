@@ -2,10 +2,11 @@
 
 `parse_chain` turns the text plus the declared input shapes into a `Chain`: an optional
 matrix-product head, then stages applied in order to the running value: elementwise ones,
-and products by further input matrices (``relu(x @ w1) @ w2``). The synthesizer only
-fuses such chains, so anything else (a product of two computed values, two matrices
-added, subtraction, constants) is rejected here, with the 1-based column of the token at fault,
-rather than later as an unexplained search failure.
+products by further input matrices (``relu(x @ w1) @ w2``), and a gate, the value times
+a second product of the head's left side (``silu(x @ w1) * (x @ w3)``, a gated FFN). The
+synthesizer only fuses such chains, so anything else (other products of two computed
+values, two matrices added, subtraction, constants) is rejected here, with the 1-based
+column of the token at fault, rather than later as an unexplained search failure.
 
 A hand-written tokenizer and recursive-descent parser (no ``eval``, no ``ast``) keeps the
 accepted language exactly the documented one and every message precise.
@@ -28,6 +29,7 @@ from morello_build.ir.spec import (
     ADD_ROW,
     ADD_SCALAR,
     EXP,
+    GATE,
     GELU_ERF,
     GELU_TANH,
     MATMUL,
@@ -52,10 +54,10 @@ _TWO_MATRICES = (
     "combines two computed values; one side must be an input: a bias vector [n], a column "
     "[rows, 1] or a matrix of the other side's shape"
 )
-#: A product of two computed values (a gated FFN's silu(x @ w1) * (x @ w3)) takes two kernels.
+#: What a product of two computed values may be: a gate (docs/pipelines.md, "The gated FFN").
 _GATE_HINT = (
-    "; to gate, compute one side in a kernel of its own (g = silu(x @ w1)) and declare it "
-    "as an input of this one (x @ w3 * g), docs/pipelines.md"
+    "; a gate multiplies by a product of the first product's left side, as in "
+    "silu(x @ w1) * (x @ w3)"
 )
 _TRANSPOSE = ".T (transpose) is only supported on an input right of @, as in x @ w.T"
 _BAD_CHAR = {
@@ -82,7 +84,8 @@ class ExprError(SpecError):
 @dataclass(frozen=True)
 class Stage:
     """One step after the head: elementwise (`operand` names the broadcast input of
-    add/mul, else None) or a product by input matrix `operand` (kind ``matmul``)."""
+    add/mul, else None), a product by input matrix `operand` (kind ``matmul``), or a gate:
+    the value times (the head's lhs @ input matrix `operand`) (kind ``gate``)."""
 
     kind: str
     operand: str | None
@@ -120,7 +123,9 @@ class Chain:
         """The inputs a pipeline's `dtype` applies to: the head's (a product's two, or the
         first stage's x) and every later product's matrix; vectors, scalars and a matrix
         added or multiplied elementwise stay f32."""
-        later = (s.operand for s in self.stages if s.kind == MATMUL and s.operand is not None)
+        later = (
+            s.operand for s in self.stages if s.kind in (MATMUL, GATE) and s.operand is not None
+        )
         return (*self.head[1:], *later)
 
 
@@ -374,6 +379,10 @@ class _Parser:
                     "matrices combine only with the same shape (or one side a column [rows, 1])",
                     tok.col,
                 )
+            if tok.kind == "*" and isinstance(left, _Run) and isinstance(right, _Run):
+                gate = self.gate(tok, left, right)
+                if gate is not None:
+                    return gate
             hint = _GATE_HINT if tok.kind == "*" else ""
             raise ExprError(f"{both} {_TWO_MATRICES}{hint}", tok.col)
         run, vec = self.run(pair[0]), pair[1]
@@ -399,6 +408,32 @@ class _Parser:
             raise ExprError(f"'{vec.name}' is {list(vs)} but {where}; {need}", vec.col)
         kind = (ADD_ROW if row else ADD_COL) if tok.kind == "+" else (MUL_ROW if row else MUL_COL)
         return run.then(Stage(kind, vec.name), (left.span[0], right.span[1]))
+
+    def gate(self, tok: _Tok, left: _Run, right: _Run) -> _Run | None:
+        """``run * (x @ w)`` (either order) where x is the left side of `run`'s first
+        product: a gate stage, or None if neither side is such a product. The right side
+        is the gate when both are (``(x @ w1) * (x @ w3)``)."""
+        for run, prod in ((left, right), (right, left)):
+            if run.head[0] != "matmul" or prod.head[0] != "matmul" or prod.stages:
+                continue
+            if prod.head[1] != run.head[1] or any(s.kind == GATE for s in run.stages):
+                continue
+            w = prod.head[2]
+            if prod.transposed:
+                raise ExprError(
+                    f"{self.src(prod)}: a gate's matrix cannot be transposed; declare {w} "
+                    "as [k, n]",
+                    prod.mm_col,
+                )
+            if prod.shape != run.shape:
+                (a, b), (c, d) = run.shape, prod.shape
+                raise ExprError(
+                    f"{self.src(run)} is {a}x{b} but {self.src(prod)} is {c}x{d}; a gate "
+                    "multiplies values of the same shape",
+                    tok.col,
+                )
+            return run.then(Stage(GATE, w), (left.span[0], right.span[1]))
+        return None
 
     def broadcast(self, base: _Value, vec: _Value) -> tuple[_Value, _Ref] | None:
         """``(base, vec)`` if `vec` can be the broadcast side of ``base op vec``: an input
@@ -445,6 +480,9 @@ def chain_text(chain: Chain) -> str:
             text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}", False
         elif stage.operand is None:
             text, is_sum = f"{stage.kind}({text})", False
+        elif stage.kind == GATE:
+            gate = f"({chain.head[1]} @ {stage.operand})"
+            text, is_sum = f"{f'({text})' if is_sum else text} * {gate}", False
         elif stage.kind in ADD_KINDS:
             text, is_sum = f"{text} + {stage.operand}", True
         else:

@@ -24,9 +24,11 @@ Kinds:
   ``gelu(x @ w + b)``. The head is a Matmul (spec shape ``[1, m, k, n]``, operands lhs
   ``[1,m,k]``, rhs ``[1,k,n]``) or an elementwise row operation (spec shape ``[rows, n]``,
   operand x); each later stage is an activation or a broadcast ``+``/``*`` of a vector
-  (one more input operand, ``[n]`` or ``[rows]``); the last operand is the output
-  ``[rows, n]`` (rows = m). Bufferize (actions/compose.py) splits one into its head and
-  the rest, through an intermediate buffer (docs/pipelines.md).
+  (one more input operand, ``[n]`` or ``[rows]``), a product by one more matrix, or a
+  gate (``gate``: the value times the head's lhs by one more matrix, a gated FFN's
+  ``silu(x @ w1) * (x @ w3)``); the last operand is the output ``[rows, n]`` (rows = m).
+  Bufferize (actions/compose.py) splits one into its first stages and the rest, through an
+  intermediate buffer (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ ADD_SCALAR = "add_scalar"
 MUL_SCALAR = "mul_scalar"
 ADD = "add"
 MUL = "mul"
+#: A pipeline stage: the running value times (the head's lhs @ one more matrix).
+GATE = "gate"
 
 IN, OUT, INOUT = "in", "out", "inout"
 #: Roles of an accumulating reduction's reduced outputs (OUT when not accumulating).
@@ -181,7 +185,7 @@ KINDS = (MATMUL, MOVE, ZERO, NEG_INF, *ROW_KINDS)
 ELEMENTWISE_KINDS: tuple[str, ...] = (*UNARY_KINDS, *BROADCAST_KINDS)
 #: Stages a pipeline may have: products, elementwise stages, and softmax along the rows
 #: (which needs whole rows: `whole_rows_stage`).
-STAGE_KINDS: tuple[str, ...] = (MATMUL, *ELEMENTWISE_KINDS, SOFTMAX)
+STAGE_KINDS: tuple[str, ...] = (MATMUL, *ELEMENTWISE_KINDS, SOFTMAX, GATE)
 #: Joins the stage kinds of a pipeline's kind.
 STAGE_SEP = "+"
 
@@ -197,13 +201,14 @@ _STAGES: dict[str, tuple[str, ...] | None] = {}
 def compose_stages(kind: str) -> tuple[str, ...] | None:
     """The stage kinds of a pipeline kind, head first; None for any other kind (or a
     malformed one: fewer than two stages, a stage that is neither a Matmul nor
-    elementwise, nor softmax)."""
+    elementwise, nor softmax, nor a gate; a gate needs a Matmul head and comes once)."""
     found = _STAGES.get(kind, ())
     if found != ():
         return found
     stages: tuple[str, ...] | None = tuple(kind.split(STAGE_SEP))
     assert stages is not None
-    if len(stages) < 2 or any(k not in STAGE_KINDS for k in stages):
+    malformed = len(stages) < 2 or any(k not in STAGE_KINDS for k in stages)
+    if malformed or (GATE in stages and (stages[0] != MATMUL or stages.count(GATE) > 1)):
         stages = None
     _STAGES[kind] = stages
     return stages
@@ -221,7 +226,8 @@ class ComposeDims(NamedTuple):
     Matmul (each later one multiplies the running value by a new ``[cols, n]`` input), or
     for an elementwise head the columns of its input. `operands` are the spec dims of each
     operand: the head's inputs, each later stage's input (a vector, ``[n]`` or ``[rows]``,
-    a ``[rows, n]`` matrix, or a Matmul's rhs ``[1, cols, n]``), the output
+    a ``[rows, n]`` matrix, a Matmul's rhs ``[1, cols, n]``, or a gate's ``[1, k, cols]``
+    with the head's k), the output
     ``[rows, last cols]``. `stage_of` says which stage reads each operand (the output's
     entry is the stage count), so operand names and pipeline cuts need no second walk.
     """
@@ -259,6 +265,9 @@ def compose_dims(stages: tuple[str, ...]) -> ComposeDims:
             ops.append((0, col, nxt))
             stage_of.append(i)
             col, nxt = nxt, nxt + 1
+        elif k == GATE:  # the head's lhs (operand 0) @ this matrix: the head's k, these cols
+            ops.append((0, rows + 1, col))
+            stage_of.append(i)
         if i > 0:
             cols.append(col)
     ops.append((rows, col))
@@ -276,8 +285,8 @@ def last_cols_whole(stages: tuple[str, ...]) -> bool:
 
 
 def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
-    """Operand names: lhs and rhs (or x), then b (or b1, b2, ...) per broadcast and rhs2,
-    rhs3, ... per later Matmul, in stage order, then out."""
+    """Operand names: lhs and rhs (or x), then b (or b1, b2, ...) per broadcast, rhs2,
+    rhs3, ... per later Matmul and gate for a gate's matrix, in stage order, then out."""
     vectors = sum(k in BROADCAST_KINDS for k in stages)
     names: list[str] = ["lhs", "rhs"] if stages[0] == MATMUL else ["x"]
     nb, nm = 0, 1
@@ -285,6 +294,8 @@ def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
         if stages[i] == MATMUL:
             nm += 1
             names.append(f"rhs{nm}")
+        elif stages[i] == GATE:
+            names.append("gate")
         else:
             nb += 1
             names.append("b" if vectors == 1 else f"b{nb}")
@@ -292,8 +303,10 @@ def _compose_params(stages: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def stage_name(kind: str) -> str:
-    """The display name of one stage kind (``Matmul``, ``AddRow``, ``GeluErf``)."""
-    return "Matmul" if kind == MATMUL else ROW_KINDS[kind].name
+    """The display name of one stage kind (``Matmul``, ``AddRow``, ``GeluErf``, ``Gate``)."""
+    if kind == MATMUL:
+        return "Matmul"
+    return "Gate" if kind == GATE else ROW_KINDS[kind].name
 
 
 class LogicalSpec(NamedTuple):
@@ -350,6 +363,8 @@ class LogicalSpec(NamedTuple):
                 if stage == MATMUL:
                     k = self.shape[dims.cols[i - 1]] if i else k
                     flops += 2 * rows * k * cols
+                elif stage == GATE:  # (lhs @ gate), then the product with the value
+                    flops += 2 * rows * self.shape[dims.rows + 1] * cols + rows * cols
                 else:  # softmax: 5 per element, as for the row operation
                     flops += rows * cols * (5 if stage == SOFTMAX else 1)
             return flops

@@ -63,7 +63,8 @@ def _compose_kind(name: str) -> str:
     if sp.compose_stages(kind) is None:
         raise SpecError(
             f"{name}: a pipeline has at least two stages, each a Matmul, elementwise "
-            "(an activation or a broadcast add/multiply) or a Softmax"
+            "(an activation or a broadcast add/multiply), a Softmax or a Gate (one, after "
+            "a Matmul head)"
         )
     return kind
 
@@ -251,6 +252,12 @@ def _check_dtypes(kind: str, name: str, operands: tuple[TensorSpec, ...]) -> Non
         for n, d in zip(sp.param_names(kind)[start:], dts[start:]):
             # a later product's matrix may be bf16: the running f32 value times it widens it
             if n.startswith("rhs") and d == Dtype.BF16:
+                continue
+            if n == "gate":  # lhs @ gate is a product like the head's: the same dtypes
+                if d != dts[1]:
+                    raise SpecError(
+                        f"{name}: operand gate must be {dts[1].value} like rhs, got {d.value}"
+                    )
                 continue
             if d != Dtype.F32:
                 raise SpecError(f"{name}: operand {n} must be f32, got {d.value}")

@@ -82,6 +82,9 @@ PIPELINES = [
     # A matrix like the running value, elementwise: a residual, a gate (before a product).
     _text("Matmul,AddRow,Relu,Add", "1x7x37x30", F, F, F, F, F),
     _text("Matmul,Mul,Matmul", "1x5x24x40x12", F, F, F, F, F),
+    # A gate: the value times (lhs @ gate), a gated FFN; then a residual, odd sizes.
+    _text("Matmul,Silu,Gate,Matmul", "1x5x24x40x12", F, F, F, F, F),
+    _text("Matmul,AddRow,GeluTanh,Gate,Add", "1x7x37x30", F, F, F, F, F, F),
     _text("Mul,Add", "5x19", F, F, F, F),
 ]
 
@@ -111,6 +114,45 @@ def test_later_products_read_their_bf16_matrices(text: str, isa: str) -> None:
     kernel = synthesize_kernel(text, name="fused", target=isa, use_cache=False).kernel
     assert [o.dtype for o in kernel.abi.operands].count("bf16") == 3
     verify_with_each_compiler(kernel, f"{text} on {isa}")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "amx"])
+def test_a_bf16_gated_ffn_matches_numpy(isa: str) -> None:
+    """silu(x @ w1) * (x @ w3) @ w2 with every matrix bf16: x feeds two products."""
+    text = _text("Matmul,Silu,Gate,Matmul", "1x3x32x48x16", B, B, B, B, F)
+    kernel = synthesize_kernel(text, name="ffn", target=isa, use_cache=False).kernel
+    assert [o.name for o in kernel.abi.operands] == ["lhs", "rhs", "gate", "rhs2", "out"]
+    verify_with_each_compiler(kernel, f"gated FFN on {isa}")
+
+
+def test_a_gate_is_cut_before_it_and_its_tail_reads_the_lhs_again() -> None:
+    """The only cut of a gated pipeline is before the gate; the tail is an ordinary
+    pipeline headed by the gate's product, wired to the same lhs as the head."""
+    assert cut_points(("matmul", "silu", "gate", "matmul")) == (2,)
+    assert cut_points(("matmul", "gate", "add_row", "matmul")) == (1,)
+    spec = parse_spec(_text("Matmul,Silu,Gate,Matmul", "1x4x16x32x8", F, F, F, F, F))
+    parts = Bufferize(Level.L1, 2)._parts(spec)
+    assert parts is not None
+    (head, tail), buf, wiring = parts
+    t = "f32:L1:row"
+    assert head.text() == _text("Matmul,Silu", "1x4x16x32", F, F, t)
+    assert tail.text() == _text("Matmul,Mul,Matmul", "1x4x16x32x8", F, F, t, F, F)
+    assert buf.shape == (4, 32)
+    # x (operand 0) feeds both; w1, then w3, the buffer (5), w2 and the output.
+    assert wiring == ((0, 1, 5), (0, 2, 5, 3, 4))
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (_text("Gate,Relu", "8x8", F, F, F), "a Gate \\(one, after a Matmul head\\)"),
+        (_text("Matmul,Gate,Gate", "1x8x8x8", F, F, F, F, F), "a Gate \\(one, after"),
+        (_text("Matmul,Gate", "1x8x8x8", B, B, F, F), "operand gate must be bf16 like rhs"),
+    ],
+)
+def test_malformed_gates_are_named(text: str, words: str) -> None:
+    with pytest.raises(SpecError, match=words):
+        parse_spec(text)
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])

@@ -62,6 +62,17 @@ CASES: dict[str, tuple[str, dict[str, tuple[int, ...]], str]] = {
         "f32",
     ),
     "gated": ("(x @ w * g) @ v", {"x": (4, 16), "w": (16, 24), "g": (4, 24), "v": (24, 8)}, "f32"),
+    # x read by two products: every peer computes the gate's product itself.
+    "gated_ffn": (
+        "(silu(x @ w1) * (x @ w3)) @ w2",
+        {"x": (4, 16), "w1": (16, 24), "w3": (16, 24), "w2": (24, 8)},
+        "f32",
+    ),
+    "bf16_gate_row": (  # one row: the C loops' products are sgemv calls
+        "gelu(x @ w1 + b) * (x @ w3)",
+        {"x": (1, 16), "w1": (16, 24), "b": (24,), "w3": (16, 24)},
+        "bf16",
+    ),
 }
 #: Cases this checkout's pipelines cannot express yet (products after the head).
 UNSUPPORTED = {"two_products"} if compose_stages("matmul+relu+matmul") is None else set()
@@ -79,6 +90,8 @@ NOT_ONE_PRIMITIVE = {
     "two_products": "two products are two oneDNN primitives (not one fused call)",
     "scaled_attention": "two products are two oneDNN primitives (not one fused call)",
     "gated": "two products are two oneDNN primitives (not one fused call)",
+    "gated_ffn": "two products are two oneDNN primitives (not one fused call)",
+    "bf16_gate_row": "two products are two oneDNN primitives (not one fused call)",
 }
 
 

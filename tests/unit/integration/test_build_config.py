@@ -323,6 +323,29 @@ def test_pipeline_with_a_later_product(tmp_path: Path) -> None:
     )
 
 
+def test_a_gated_ffn_is_one_declaration(tmp_path: Path) -> None:
+    """`(silu(x @ w1) * (x @ w3)) @ w2`: x feeds two products but is one argument; the
+    kernel takes x, w1, w3, w2 (the order the stages read them), then out."""
+    text = (
+        '[[kernel]]\nname = "ffn"\nexpr = "(silu(x @ w1) * (x @ w3)) @ w2"\n'
+        "inputs = { x = [1, 8], w1 = [8, 32], w3 = [8, 32], w2 = [32, 8] }\n"
+        'dtype = "bf16"\n'
+    )
+    (ffn,) = load_config(_write(tmp_path, text, "morello.toml")).kernels
+    got = [(o.name, o.shape, o.dtype) for o in decl_operands(ffn)]
+    assert got == [
+        ("x", (1, 8), "bf16"),
+        ("w1", (8, 32), "bf16"),
+        ("w3", (8, 32), "bf16"),
+        ("w2", (32, 8), "bf16"),
+        ("out", (1, 8), "f32"),
+    ]
+    assert ffn.spec_text() == (
+        "Compose[Matmul,Silu,Gate,Matmul](1x1x8x32x8, bf16:GL:row, bf16:GL:row, bf16:GL:row, "
+        "bf16:GL:row, f32:GL:row, serial)"
+    )
+
+
 def test_pipeline_stamp_round_trip(tmp_path: Path) -> None:
     """The declaration stamp CMake's configure writes gives back the same pipeline."""
     from morello_build.integration.generate import KernelRequest, request_doc, request_from_doc

@@ -27,6 +27,7 @@ INPUTS: dict[str, tuple[int, ...]] = {
     "s": (3072,),
     "b10": (10, 5),
     "r": (64, 768),  # a matrix like x (a residual)
+    "w3": (768, 3072),  # a gate's matrix: x @ w3 is shaped like x @ w
 }
 XW = ("matmul", "x", "w")
 
@@ -129,6 +130,29 @@ ACCEPTED = [
         ),
     ),
     ("((x @ w)) + ((b))", chain(XW, Stage(sp.ADD_ROW, "b"), used="xwb")),
+    # A gate: the value times a product of the head's lhs (x read again), either order.
+    (
+        "(silu(x @ w) * (x @ w3)) @ wt",
+        chain(
+            XW,
+            Stage(sp.SILU, None),
+            Stage(sp.GATE, "w3"),
+            Stage(sp.MATMUL, "wt"),
+            shape=(64, 768),
+            used=("x", "w", "wt", "w3"),
+        ),
+    ),
+    (
+        "(x @ w3) * gelu(x @ w + b)",
+        chain(
+            XW,
+            Stage(sp.ADD_ROW, "b"),
+            Stage(sp.GELU_ERF, None),
+            Stage(sp.GATE, "w3"),
+            used=("x", "w", "b", "w3"),
+        ),
+    ),
+    ("(x @ w) * (x @ w3)", chain(XW, Stage(sp.GATE, "w3"), used=("x", "w", "w3"))),
     (
         "  gelu(\tx @ w + b)\n",
         chain(XW, Stage(sp.ADD_ROW, "b"), Stage(sp.GELU_ERF, None), used="xwb"),
@@ -184,7 +208,7 @@ def test_expr_error_is_a_spec_error_with_its_column() -> None:
 REJECTED = [
     ("gleu(x @ w + b)", 1, "unknown function 'gleu'; did you mean 'gelu'?"),
     ("frobnicate(x @ w)", 1, "unknown function 'frobnicate'"),
-    ("relu(x @ w + q)", 14, "unknown input 'q' (declared: x, w, b, wt, c, y, v, s, b10, r)"),
+    ("relu(x @ w + q)", 14, "unknown input 'q' (declared: x, w, b, wt, c, y, v, s, b10, r, w3)"),
     ("x @ w @ v", 7, "x @ w @ v: x @ w is 64x3072 but v is 768x10; the inner dimensions"),
     ("(x @ w) @ v", 9, "the inner dimensions 3072 and 768 differ"),
     ("x @ w + x @ v", 7, "combines two computed values; one side must be an input"),
@@ -193,8 +217,12 @@ REJECTED = [
     ("x + y", 3, "x + y: x is 64x768 but y is 64x3072; two input matrices combine only with"),
     ("x @ w * x", 9, "'x' is 64x768 but x @ w is 64x3072; x @ w * x needs a matrix of the same"),
     ("relu(y) + relu(y)", 9, "combines two computed values"),
-    ("relu(x @ w) * (x @ w)", 13, "combines two computed values; one side must be an input"),
-    ("relu(x @ w) * (x @ w)", 13, "to gate, compute one side in a kernel of its own"),
+    ("relu(y @ wt) * (x @ w)", 14, "combines two computed values; one side must be an input"),
+    ("relu(y @ wt) * (x @ w)", 14, "a gate multiplies by a product of the first product's left"),
+    ("relu(x @ w) + (x @ w3)", 13, "combines two computed values"),  # a gate multiplies
+    ("relu(x @ w) * (x @ wt.T)", 18, "a gate's matrix cannot be transposed; declare wt as"),
+    ("x @ w * (x @ v)", 7, "x @ w is 64x3072 but (x @ v) is 64x10; a gate multiplies values"),
+    ("(x @ w) * (x @ w3) * (x @ w3)", 20, "combines two computed values"),  # one gate only
     ("x @ w - b", 7, "subtraction is not supported yet"),
     ("-x @ w", 1, "unary minus is not supported yet"),
     ("x @ -w", 5, "unary minus is not supported yet"),
@@ -311,6 +339,8 @@ ROUND_TRIP = [
     ("(x @ w + y) * s", "(x @ w + y) * s"),
     ("(x @ w * y) @ wt", "x @ w * y @ wt"),
     ("r * x", "r * x"),  # of two inputs, the left is the running value
+    ("(x @ w3) * silu(x @ w)", "silu(x @ w) * (x @ w3)"),
+    ("(relu(x @ w + b) * (x @ w3) + y) @ wt", "(relu(x @ w + b) * (x @ w3) + y) @ wt"),
 ]
 
 
