@@ -221,3 +221,15 @@ VEC_MAT_ROWS_BF16 = Kernel(
     emit=_emit,
     dtypes=(BF16, BF16, F32),
 )
+
+#: A later product of a bf16 pipeline at one row (the running f32 value times a bf16
+#: matrix: a gated FFN's or an MLP's projection back at decode) streams its bf16 rows too.
+VEC_MAT_ROWS_F32_BF16 = Kernel(
+    name="VecMatRowsF32Bf16",
+    kind=MATMUL,
+    applies=_applies,
+    memory=_memory,
+    cost=_cost,
+    emit=_emit,
+    dtypes=(F32, BF16, F32),
+)

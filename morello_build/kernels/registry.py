@@ -20,7 +20,11 @@ from morello_build.kernels.dot import (
 )
 from morello_build.kernels.dpbf16_tiles import DPBF16_TILE
 from morello_build.kernels.k_pairs import PACK_BF16_PAIRS
-from morello_build.kernels.matvec_stream import VEC_MAT_ROWS_BF16, VEC_MAT_ROWS_F32
+from morello_build.kernels.matvec_stream import (
+    VEC_MAT_ROWS_BF16,
+    VEC_MAT_ROWS_F32,
+    VEC_MAT_ROWS_F32_BF16,
+)
 from morello_build.kernels.moves import (
     MEMSET_ZERO,
     VECTOR_ASSIGN,
@@ -40,6 +44,7 @@ KERNELS: tuple[Kernel, ...] = (
     DOT_PRODUCT_LOOP_VDPBF16PS,
     VEC_MAT_ROWS_F32,
     VEC_MAT_ROWS_BF16,
+    VEC_MAT_ROWS_F32_BF16,
     AMX_TILE_MATMUL,
     DPBF16_TILE,
     # Move

@@ -86,12 +86,18 @@ def test_rows_cost_and_registers() -> None:
     assert ROWS_BF16.cost(b, t) == 96 + 16 * STREAM_LINE_COST + 8 * STREAM_RUN_COST + 8 + 1
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_search_streams_matrix_vector_rows(dtype: str) -> None:
+@pytest.mark.parametrize(
+    ("lhs", "rhs", "want"),
+    [
+        ("f32", "f32", "VecMatRowsF32"),
+        ("bf16", "bf16", "VecMatRowsBf16F32"),
+        ("f32", "bf16", "VecMatRowsF32Bf16"),
+    ],
+)
+def test_search_streams_matrix_vector_rows(lhs: str, rhs: str, want: str) -> None:
     """M=1 with a row-major B: the search splits k and streams rows (no panels)."""
-    text = f"Matmul(1x1x256x512, {dtype}:GL:row, {dtype}:GL:row, f32:GL:row, serial)"
+    text = f"Matmul(1x1x256x512, {lhs}:GL:row, {rhs}:GL:row, f32:GL:row, serial)"
     impl = _synth(text, "avx512")
-    want = "VecMatRowsF32" if dtype == "f32" else "VecMatRowsBf16F32"
     assert want in _kernels(impl)
 
 
@@ -166,6 +172,17 @@ def _rows_tree(text: str, kernel: str) -> Impl:
             "avx2",
             "Matmul(1x1x2x40, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)",
             "VecMatRowsBf16F32",
+        ),
+        # The running f32 value times a bf16 matrix (a pipeline's later product).
+        (
+            "avx512",
+            "Matmul(1x1x7x176, f32:GL:row, bf16:GL:row, f32:GL:row, serial)",
+            "VecMatRowsF32Bf16",
+        ),
+        (
+            "avx2",
+            "Matmul(1x1x3x40, f32:GL:row, bf16:GL:row, f32:GL:row, serial)",
+            "VecMatRowsF32Bf16",
         ),
     ],
 )
