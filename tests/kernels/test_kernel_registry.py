@@ -45,6 +45,7 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("avx2", "generic", "Move(8x16, bf16:GL:row, f32:GL:row)", {"VectorCastBf16F32"}),
     ("avx512", "generic", mm("1x4x64x1", B, BC), {"DotProductLoopVdpbf16ps"}),
     ("avx512", "generic", mm("1x1x64x256", B, B), {"VecMatRowsBf16F32"}),
+    ("avx512", "generic", mm("1x1x64x256", R, B), {"VecMatRowsF32Bf16"}),
     ("amx", "generic", mm("1x32x64x32", B, B), {"AmxTileMatmulBf16F32", "PackBf16Pairs"}),
     ("avx512", "zen4", mm("1x8x64x32", B, B, accum=True), {"Dpbf16TileBf16F32"}),
     # Row operations (the softmax parts the DP does not pick on one thread: FORCED_FORMS)
