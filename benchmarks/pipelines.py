@@ -87,7 +87,7 @@ def expr_inputs(
         elif not shapes:
             shapes[name] = (m, width)
         elif after_at and gate:
-            shapes[name] = (k, n)
+            shapes[name] = (n, k) if transposed else (k, n)
         elif after_at:
             dims = (width, n if width == k else k)
             width = dims[1]

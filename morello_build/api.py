@@ -130,10 +130,11 @@ def pipeline_spec_text(
     dims.append(cols)
     for stage in chain.stages:
         if stage.operand is not None:
-            texts.append(f"{dtype if stage.operand in matrices else 'f32'}:GL:row")
+            layout = "col" if stage.transposed else "row"  # w.T: w stored [n, k]
+            texts.append(f"{dtype if stage.operand in matrices else 'f32'}:GL:{layout}")
         if stage.kind == MATMUL:
             assert stage.operand is not None
-            dims.append(inputs[stage.operand][1])
+            dims.append(inputs[stage.operand][0 if stage.transposed else 1])
     if MATMUL in stages:
         dims.insert(0, 1)
     shape = "x".join(map(str, dims))

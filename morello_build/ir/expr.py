@@ -49,7 +49,6 @@ FUNCTIONS: dict[str, str] = {
     **{k: k for k in (RELU, GELU_ERF, GELU_TANH, SILU, EXP, SOFTMAX)},
 }
 
-_LATER_T = ".T is only supported on the first product's right side (x @ w.T @ v)"
 _TWO_MATRICES = (
     "combines two computed values; one side must be an input: a bias vector [n], a column "
     "[rows, 1] or a matrix of the other side's shape"
@@ -85,10 +84,12 @@ class ExprError(SpecError):
 class Stage:
     """One step after the head: elementwise (`operand` names the broadcast input of
     add/mul, else None), a product by input matrix `operand` (kind ``matmul``), or a gate:
-    the value times (the head's lhs @ input matrix `operand`) (kind ``gate``)."""
+    the value times (the head's lhs @ input matrix `operand`) (kind ``gate``). A product's
+    or gate's matrix is `transposed` when written ``w.T`` (stored ``[n, k]``)."""
 
     kind: str
     operand: str | None
+    transposed: bool = False
 
 
 @dataclass(frozen=True)
@@ -351,18 +352,17 @@ class _Parser:
     def later_product(self, tok: _Tok, run: _Run, rhs: _Ref) -> _Run:
         """``running value @ input``: a Matmul stage (the chain goes on from its result)."""
         shape = self.inputs[rhs.name]
-        if rhs.transposed:
-            raise ExprError(_LATER_T, tok.col)
         if len(shape) != 2:
             raise ExprError(f"'{rhs.name}' is a vector [{shape[0]}]; @ needs matrices", rhs.col)
-        (m, k), (k2, n) = run.shape, shape
+        (m, k), (k2, n) = run.shape, shape[:: -1 if rhs.transposed else 1]
         if k != k2:
+            r = f"{rhs.name}.T" if rhs.transposed else rhs.name
             raise ExprError(
-                f"{self.src(run)} @ {rhs.name}: {self.src(run)} is {m}x{k} but {rhs.name} is "
+                f"{self.src(run)} @ {r}: {self.src(run)} is {m}x{k} but {r} is "
                 f"{k2}x{n}; the inner dimensions {k} and {k2} differ",
                 tok.col,
             )
-        stage = Stage(MATMUL, rhs.name)
+        stage = Stage(MATMUL, rhs.name, rhs.transposed)
         return replace(run.then(stage, (run.span[0], rhs.span[1])), shape=(m, n), mm_col=tok.col)
 
     def combine(self, tok: _Tok, left: _Value, right: _Value) -> _Run:
@@ -419,12 +419,6 @@ class _Parser:
             if prod.head[1] != run.head[1] or any(s.kind == GATE for s in run.stages):
                 continue
             w = prod.head[2]
-            if prod.transposed:
-                raise ExprError(
-                    f"{self.src(prod)}: a gate's matrix cannot be transposed; declare {w} "
-                    "as [k, n]",
-                    prod.mm_col,
-                )
             if prod.shape != run.shape:
                 (a, b), (c, d) = run.shape, prod.shape
                 raise ExprError(
@@ -432,7 +426,7 @@ class _Parser:
                     "multiplies values of the same shape",
                     tok.col,
                 )
-            return run.then(Stage(GATE, w), (left.span[0], right.span[1]))
+            return run.then(Stage(GATE, w, prod.transposed), (left.span[0], right.span[1]))
         return None
 
     def broadcast(self, base: _Value, vec: _Value) -> tuple[_Value, _Ref] | None:
@@ -476,12 +470,13 @@ def chain_text(chain: Chain) -> str:
         text = chain.head[1]
     is_sum = False
     for stage in chain.stages:
+        t = ".T" if stage.transposed else ""
         if stage.kind == MATMUL:
-            text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}", False
+            text, is_sum = f"{f'({text})' if is_sum else text} @ {stage.operand}{t}", False
         elif stage.operand is None:
             text, is_sum = f"{stage.kind}({text})", False
         elif stage.kind == GATE:
-            gate = f"({chain.head[1]} @ {stage.operand})"
+            gate = f"({chain.head[1]} @ {stage.operand}{t})"
             text, is_sum = f"{f'({text})' if is_sum else text} * {gate}", False
         elif stage.kind in ADD_KINDS:
             text, is_sum = f"{text} + {stage.operand}", True

@@ -125,6 +125,22 @@ def test_a_bf16_gated_ffn_matches_numpy(isa: str) -> None:
     verify_with_each_compiler(kernel, f"gated FFN on {isa}")
 
 
+@needs_avx2
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_weights_stored_out_by_in_are_read_transposed_by_every_product(dtype: str) -> None:
+    """PyTorch's Linear weights are [out, in]: `(silu(x @ w1.T) * (x @ w3.T)) @ w2.T`
+    reads all three in place (col layouts), x once."""
+    from morello_build.api import pipeline_spec_text
+
+    inputs = {"x": (5, 24), "w1": (40, 24), "w3": (40, 24), "w2": (12, 40)}
+    text = pipeline_spec_text("(silu(x @ w1.T) * (x @ w3.T)) @ w2.T", inputs, dtype=dtype)
+    m, c = f"{dtype}:GL:row", f"{dtype}:GL:col"
+    want = _text("Matmul,Silu,Gate,Matmul", "1x5x24x40x12", m, c, c, c, F)
+    assert text == want[:-1] + ", serial)"
+    kernel = synthesize_kernel(text, name="ffn", target="avx2", use_cache=False).kernel
+    verify_with_each_compiler(kernel, f"{dtype} gated FFN, weights [out, in]")
+
+
 def test_a_gate_is_cut_before_it_and_its_tail_reads_the_lhs_again() -> None:
     """The only cut of a gated pipeline is before the gate; the tail is an ordinary
     pipeline headed by the gate's product, wired to the same lhs as the head."""

@@ -68,6 +68,11 @@ CASES: dict[str, tuple[str, dict[str, tuple[int, ...]], str]] = {
         {"x": (4, 16), "w1": (16, 24), "w3": (16, 24), "w2": (24, 8)},
         "f32",
     ),
+    "ffn_out_by_in": (  # PyTorch's [out, in] weights, each product reads its w.T in place
+        "(silu(x @ w1.T) * (x @ w3.T)) @ w2.T",
+        {"x": (4, 16), "w1": (24, 16), "w3": (24, 16), "w2": (8, 24)},
+        "f32",
+    ),
     "bf16_gate_row": (  # one row: the C loops' products are sgemv calls
         "gelu(x @ w1 + b) * (x @ w3)",
         {"x": (1, 16), "w1": (16, 24), "b": (24,), "w3": (16, 24)},
@@ -91,6 +96,7 @@ NOT_ONE_PRIMITIVE = {
     "scaled_attention": "two products are two oneDNN primitives (not one fused call)",
     "gated": "two products are two oneDNN primitives (not one fused call)",
     "gated_ffn": "two products are two oneDNN primitives (not one fused call)",
+    "ffn_out_by_in": "two products are two oneDNN primitives (not one fused call)",
     "bf16_gate_row": "two products are two oneDNN primitives (not one fused call)",
 }
 

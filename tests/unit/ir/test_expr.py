@@ -153,6 +153,15 @@ ACCEPTED = [
         ),
     ),
     ("(x @ w) * (x @ w3)", chain(XW, Stage(sp.GATE, "w3"), used=("x", "w", "w3"))),
+    # w.T on any product's right side (PyTorch's Linear weights are [out, in]).
+    (
+        "relu(x @ w) * (x @ wt.T)",
+        chain(XW, Stage(sp.RELU, None), Stage(sp.GATE, "wt", True), used=("x", "w", "wt")),
+    ),
+    (
+        "relu(x @ w) @ y.T",
+        chain(XW, Stage(sp.RELU, None), Stage(sp.MATMUL, "y", True), shape=(64, 64), used="xwy"),
+    ),
     (
         "  gelu(\tx @ w + b)\n",
         chain(XW, Stage(sp.ADD_ROW, "b"), Stage(sp.GELU_ERF, None), used="xwb"),
@@ -213,14 +222,13 @@ REJECTED = [
     ("(x @ w) @ v", 9, "the inner dimensions 3072 and 768 differ"),
     ("x @ w + x @ v", 7, "combines two computed values; one side must be an input"),
     ("x @ relu(x)", 3, "relu(x) is computed, not an input; the right side of @ must be an"),
-    ("relu(x @ w) @ wt.T", 13, ".T is only supported on the first product's right side"),
+    ("relu(x @ w) @ wt.T", 13, "relu(x @ w) is 64x3072 but wt.T is 768x3072; the inner"),
     ("x + y", 3, "x + y: x is 64x768 but y is 64x3072; two input matrices combine only with"),
     ("x @ w * x", 9, "'x' is 64x768 but x @ w is 64x3072; x @ w * x needs a matrix of the same"),
     ("relu(y) + relu(y)", 9, "combines two computed values"),
     ("relu(y @ wt) * (x @ w)", 14, "combines two computed values; one side must be an input"),
     ("relu(y @ wt) * (x @ w)", 14, "a gate multiplies by a product of the first product's left"),
     ("relu(x @ w) + (x @ w3)", 13, "combines two computed values"),  # a gate multiplies
-    ("relu(x @ w) * (x @ wt.T)", 18, "a gate's matrix cannot be transposed; declare wt as"),
     ("x @ w * (x @ v)", 7, "x @ w is 64x3072 but (x @ v) is 64x10; a gate multiplies values"),
     ("(x @ w) * (x @ w3) * (x @ w3)", 20, "combines two computed values"),  # one gate only
     ("x @ w - b", 7, "subtraction is not supported yet"),
@@ -340,6 +348,7 @@ ROUND_TRIP = [
     ("(x @ w * y) @ wt", "x @ w * y @ wt"),
     ("r * x", "r * x"),  # of two inputs, the left is the running value
     ("(x @ w3) * silu(x @ w)", "silu(x @ w) * (x @ w3)"),
+    ("(silu(x @ w) * (x @ wt.T)) @ y.T", "silu(x @ w) * (x @ wt.T) @ y.T"),
     ("(relu(x @ w + b) * (x @ w3) + y) @ wt", "(relu(x @ w + b) * (x @ w3) + y) @ wt"),
 ]
 
