@@ -80,6 +80,15 @@ def vectors(t: TensorSpec) -> int:
     return t.registers
 
 
+def columns_contiguous(b: TensorSpec) -> bool:
+    """A 1 x K x N tile stored column-major (``w.T`` of a ``[n, k]`` w) with every column
+    one contiguous run along k."""
+    dims = b.layout.dims
+    if not dims or dims[-1] != lay.PhysDim(1, lay.DYN, 0) or b.layout.contig < 1:
+        return False
+    return all(d.kind == lay.DYN and d.axis == 2 for d in dims[:-1])
+
+
 def rows_contiguous(b: TensorSpec) -> bool:
     """A 1 x K x N tile stored row-major with every k-row one contiguous run along n."""
     dims = b.layout.dims

@@ -1,10 +1,15 @@
-"""Row-streaming vector x matrix (matrix-vector products): `VecMatRows*`.
+"""Row-streaming vector x matrix (matrix-vector products): `VecMatRows*` and `DotRows*`.
 
 c[1, n] += sum_kk a[kk] * B[kk, n] for a few rows kk of a row-major B in main memory: the
 kernel walks all k rows side by side along n (one sequential stream per row, which the
 hardware prefetcher follows), keeping `STREAM_ACCUMULATORS` output vectors in registers
 and reading/writing the L1-resident output once per call. B is read exactly once, in long
 sequential runs, so this is the matrix-vector form that runs at memory bandwidth.
+
+`DotRows*` is the same for a B stored the other way (``x @ w.T`` with w ``[n, k]``, as
+PyTorch stores weights): c[0, j] += a . B[:, j] for a few columns j, each one contiguous
+run of k values in memory, walked side by side (one stream per column, a vector
+accumulator each), then one horizontal sum per output.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, LogicalSpec
-from morello_build.kernels.base import Kernel, regs, rows_contiguous
+from morello_build.kernels.base import Kernel, columns_contiguous, regs, rows_contiguous
 from morello_build.kernels.emit_helpers import row_start, widen
 from morello_build.machine.isa import isa_includes
 from morello_build.machine.target import Target
@@ -233,3 +238,108 @@ VEC_MAT_ROWS_F32_BF16 = Kernel(
     emit=_emit,
     dtypes=(F32, BF16, F32),
 )
+
+
+# ---- columns of a w.T: dot products streamed side by side ----------------------------------
+
+#: Horizontal sum of one output's accumulator and its read-modify-write (as dot.py's).
+DOT_ROWS_REDUCE_COST = 8
+
+
+def _dot_rows_applies(s: LogicalSpec, t: Target) -> bool:
+    a, b, c = s.operands
+    bdim, m, k, n = s.shape
+    lanes = t.lanes(F32)
+    return (
+        s.accum
+        and lanes > 1
+        and bdim == m == 1
+        and 1 <= n <= STREAM_MAX_ROWS
+        and k % lanes == 0
+        and a.level.in_memory
+        and a.is_contiguous
+        and b.level is Level.GL
+        and columns_contiguous(b)
+        and c.level is Level.L1
+        and c.is_contiguous
+    )
+
+
+def _dot_rows_memory(s: LogicalSpec, t: Target) -> Limits:
+    # One accumulator per column, the loaded (widened) a vector and one B vector.
+    return regs(vrf=s.shape[3] + 2)
+
+
+def _dot_rows_cost(s: LogicalSpec, t: Target) -> int:
+    """As `_cost` with B's roles swapped: every B line streamed once (the same line and
+    run prices, the same memory behaviour), one FMA per B vector (a widening op more for
+    bf16, and for a bf16 a once per step), one horizontal sum per output."""
+    a, b, c = s.operands
+    _, _, k, n = s.shape
+    kvec = k // t.lanes(F32)
+    per_fma = 2 if b.dtype == F32 else 3
+    return (
+        n * kvec * per_fma
+        + (kvec if a.dtype == BF16 else 0)
+        + b.cache_lines() * STREAM_LINE_COST
+        + n * STREAM_RUN_COST
+        + n * DOT_ROWS_REDUCE_COST
+        + t.move_cost(a)
+    )
+
+
+def _dot_rows_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """c[0, j] += a . B[:, j] for the n columns side by side: per step of one vector of k,
+    load (widen) a once, then one FMA per column into its own accumulator."""
+    a, b, c = views
+    _, m, kk, n = spec.shape
+    lanes = ctx.f32_lanes
+    cols = [row_start(ctx, b, (0, 0, j), 1, kk) for j in range(n)]
+    ra = row_start(ctx, a, (0, 0, 0), 2, kk)
+    if m != 1 or kk % lanes or ra is None or any(col is None for col in cols):
+        raise CodegenError(f"DotRows needs contiguous columns: {spec.text()}")
+    a16, b16 = a.buf.dtype == Dtype.BF16, b.buf.dtype == Dtype.BF16
+    vf = ctx.vtype(Dtype.F32, lanes)
+    v16 = ctx.vtype(Dtype.BF16, lanes)
+    ctx.includes.add("string.h")
+    u = ctx.fresh()
+    ctx.open("{")
+    ctx.line(f"const {'uint16_t' if a16 else 'float'} *a{u} = &{ra.ref()};")
+    for j, loc in enumerate(cols):
+        assert loc is not None
+        ctx.line(f"const {'uint16_t' if b16 else 'float'} *b{u}_{j} = &{loc.ref()};")
+    accs = [f"acc{u}_{j}" for j in range(n)]
+    ctx.line(f"{vf} {', '.join(f'{x} = {{0}}' for x in accs)};")
+    ctx.open(f"for ({ctx.index_type} k{u} = 0; k{u} < {kk}; k{u} += {lanes}) {{")
+    ctx.line(f"{v16 if a16 else vf} x{u};")
+    ctx.line(f"memcpy(&x{u}, a{u} + k{u}, sizeof x{u});")
+    xv = f"xw{u}"
+    ctx.line(f"const {vf} {xv} = {widen(ctx, f'x{u}', lanes) if a16 else f'x{u}'};")
+    ctx.line(f"{v16 if b16 else vf} y{u};")
+    for j, acc in enumerate(accs):
+        ctx.line(f"memcpy(&y{u}, b{u}_{j} + k{u}, sizeof y{u});")
+        yv = widen(ctx, f"y{u}", lanes) if b16 else f"y{u}"
+        ctx.line(f"{acc} = {acc} + {xv} * {yv};")
+    ctx.close()
+    for j, acc in enumerate(accs):
+        out = ctx.amap.loc(c, (0, 0, j))
+        total = " + ".join(f"{acc}[{lane}]" for lane in range(lanes))
+        ctx.line(f"{out.ref()} += {total};")
+    ctx.close()
+
+
+def _dot_rows(name: str, dtypes: tuple[Dtype, Dtype, Dtype]) -> Kernel:
+    return Kernel(
+        name=name,
+        kind=MATMUL,
+        applies=_dot_rows_applies,
+        memory=_dot_rows_memory,
+        cost=_dot_rows_cost,
+        emit=_dot_rows_emit,
+        dtypes=dtypes,
+    )
+
+
+DOT_ROWS_F32 = _dot_rows("DotRowsF32", (F32, F32, F32))
+DOT_ROWS_BF16 = _dot_rows("DotRowsBf16F32", (BF16, BF16, F32))
+DOT_ROWS_F32_BF16 = _dot_rows("DotRowsF32Bf16", (F32, BF16, F32))

@@ -21,6 +21,9 @@ from morello_build.kernels.dot import (
 from morello_build.kernels.dpbf16_tiles import DPBF16_TILE
 from morello_build.kernels.k_pairs import PACK_BF16_PAIRS
 from morello_build.kernels.matvec_stream import (
+    DOT_ROWS_BF16,
+    DOT_ROWS_F32,
+    DOT_ROWS_F32_BF16,
     VEC_MAT_ROWS_BF16,
     VEC_MAT_ROWS_F32,
     VEC_MAT_ROWS_F32_BF16,
@@ -45,6 +48,9 @@ KERNELS: tuple[Kernel, ...] = (
     VEC_MAT_ROWS_F32,
     VEC_MAT_ROWS_BF16,
     VEC_MAT_ROWS_F32_BF16,
+    DOT_ROWS_F32,
+    DOT_ROWS_BF16,
+    DOT_ROWS_F32_BF16,
     AMX_TILE_MATMUL,
     DPBF16_TILE,
     # Move

@@ -38,7 +38,7 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("x86-64", "generic", mm("1x2x64x2", rhs=C), {"MultAdd", "Assign", "ValueZero"}),
     ("x86-64", "generic", mm("1x1x16x8", B, B), {"CastBf16F32", "MemsetZero"}),
     ("avx2", "generic", mm("1x8x8x8"), {"BroadcastVecMultAdd", "VectorAssign", "VectorZero"}),
-    ("avx2", "generic", mm("1x1x64x1", rhs=C), {"DotProductLoop"}),
+    ("avx2", "generic", mm("1x4x64x1", rhs=C), {"DotProductLoop"}),  # B reused: in L1
     ("avx2", "generic", mm("1x4x32x1", B, BC), {"DotProductLoopBf16"}),
     ("avx2", "generic", mm("1x1x64x32", B, B), {"BroadcastVecMultAddBf16F32"}),
     ("avx2", "generic", mm("1x1x64x200"), {"VecMatRowsF32"}),
@@ -46,6 +46,9 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("avx512", "generic", mm("1x4x64x1", B, BC), {"DotProductLoopVdpbf16ps"}),
     ("avx512", "generic", mm("1x1x64x256", B, B), {"VecMatRowsBf16F32"}),
     ("avx512", "generic", mm("1x1x64x256", R, B), {"VecMatRowsF32Bf16"}),
+    ("avx512", "generic", mm("1x1x2048x64", rhs=C), {"DotRowsF32"}),
+    ("avx2", "generic", mm("1x1x2048x64", B, BC), {"DotRowsBf16F32"}),
+    ("avx512", "generic", mm("1x1x2048x64", R, BC), {"DotRowsF32Bf16"}),
     ("amx", "generic", mm("1x32x64x32", B, B), {"AmxTileMatmulBf16F32", "PackBf16Pairs"}),
     ("avx512", "zen4", mm("1x8x64x32", B, B, accum=True), {"Dpbf16TileBf16F32"}),
     # Row operations (the softmax parts the DP does not pick on one thread: FORCED_FORMS)

@@ -184,6 +184,19 @@ def _rows_tree(text: str, kernel: str) -> Impl:
             "Matmul(1x1x3x40, f32:GL:row, bf16:GL:row, f32:GL:row, serial)",
             "VecMatRowsF32Bf16",
         ),
+        # Columns of a w.T (stored [n, k]) streamed side by side: 1, 5 and 8 of them.
+        ("avx512", "Matmul(1x1x48x5, f32:GL:row, f32:GL:col, f32:GL:row, serial)", "DotRowsF32"),
+        ("avx2", "Matmul(1x1x24x8, f32:GL:row, f32:GL:col, f32:GL:row, serial)", "DotRowsF32"),
+        (
+            "avx512",
+            "Matmul(1x1x64x1, bf16:GL:row, bf16:GL:col, f32:GL:row, serial)",
+            "DotRowsBf16F32",
+        ),
+        (
+            "avx2",
+            "Matmul(1x1x40x7, f32:GL:row, bf16:GL:col, f32:GL:row, serial)",
+            "DotRowsF32Bf16",
+        ),
     ],
 )
 def test_rows_kernel_verifies(isa: str, text: str, kernel: str, compiler: str) -> None:
