@@ -45,22 +45,28 @@ STREAM_PREFETCH_MAX_STEP_BYTES = 128
 STREAM_PREFETCH_MIN_ROW = 4 * STREAM_PREFETCH_AHEAD
 
 
-def _applies(s: LogicalSpec, t: Target) -> bool:
+def _one_row_streamed(s: LogicalSpec, t: Target) -> bool:
+    """What both streamers need: an accumulating one-row product with vectors, its lhs in
+    memory, B streamed from main memory, the output contiguous in L1."""
     a, b, c = s.operands
-    bdim, m, k, n = s.shape
-    lanes = t.lanes(F32)
     return (
         s.accum
-        and lanes > 1
-        and bdim == 1
-        and m == 1
-        and 1 <= k <= STREAM_MAX_ROWS
-        and n % lanes == 0
+        and t.lanes(F32) > 1
+        and s.shape[0] == s.shape[1] == 1
         and a.level.in_memory
         and b.level is Level.GL
-        and rows_contiguous(b)
         and c.level is Level.L1
         and c.is_contiguous
+    )
+
+
+def _applies(s: LogicalSpec, t: Target) -> bool:
+    _, _, k, n = s.shape
+    return (
+        _one_row_streamed(s, t)
+        and 1 <= k <= STREAM_MAX_ROWS
+        and n % t.lanes(F32) == 0
+        and rows_contiguous(s.operands[1])
     )
 
 
@@ -207,37 +213,23 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     ctx.close()
 
 
-VEC_MAT_ROWS_F32 = Kernel(
-    name="VecMatRowsF32",
-    kind=MATMUL,
-    applies=_applies,
-    memory=_memory,
-    cost=_cost,
-    emit=_emit,
-    dtypes=(F32, F32, F32),
-)
+def _vec_mat_rows(name: str, dtypes: tuple[Dtype, Dtype, Dtype]) -> Kernel:
+    return Kernel(
+        name=name,
+        kind=MATMUL,
+        applies=_applies,
+        memory=_memory,
+        cost=_cost,
+        emit=_emit,
+        dtypes=dtypes,
+    )
 
-VEC_MAT_ROWS_BF16 = Kernel(
-    name="VecMatRowsBf16F32",
-    kind=MATMUL,
-    applies=_applies,
-    memory=_memory,
-    cost=_cost,
-    emit=_emit,
-    dtypes=(BF16, BF16, F32),
-)
 
+VEC_MAT_ROWS_F32 = _vec_mat_rows("VecMatRowsF32", (F32, F32, F32))
+VEC_MAT_ROWS_BF16 = _vec_mat_rows("VecMatRowsBf16F32", (BF16, BF16, F32))
 #: A later product of a bf16 pipeline at one row (the running f32 value times a bf16
 #: matrix: a gated FFN's or an MLP's projection back at decode) streams its bf16 rows too.
-VEC_MAT_ROWS_F32_BF16 = Kernel(
-    name="VecMatRowsF32Bf16",
-    kind=MATMUL,
-    applies=_applies,
-    memory=_memory,
-    cost=_cost,
-    emit=_emit,
-    dtypes=(F32, BF16, F32),
-)
+VEC_MAT_ROWS_F32_BF16 = _vec_mat_rows("VecMatRowsF32Bf16", (F32, BF16, F32))
 
 
 # ---- columns of a w.T: dot products streamed side by side ----------------------------------
@@ -247,21 +239,13 @@ DOT_ROWS_REDUCE_COST = 8
 
 
 def _dot_rows_applies(s: LogicalSpec, t: Target) -> bool:
-    a, b, c = s.operands
-    bdim, m, k, n = s.shape
-    lanes = t.lanes(F32)
+    _, _, k, n = s.shape
     return (
-        s.accum
-        and lanes > 1
-        and bdim == m == 1
+        _one_row_streamed(s, t)
         and 1 <= n <= STREAM_MAX_ROWS
-        and k % lanes == 0
-        and a.level.in_memory
-        and a.is_contiguous
-        and b.level is Level.GL
-        and columns_contiguous(b)
-        and c.level is Level.L1
-        and c.is_contiguous
+        and k % t.lanes(F32) == 0
+        and s.operands[0].is_contiguous
+        and columns_contiguous(s.operands[1])
     )
 
 
