@@ -28,7 +28,7 @@ from morello_build.harness.peer_registry import (
     find_onednn,
 )
 from morello_build.harness.row_reference import broadcast_operand
-from morello_build.ir.spec import ADD_KINDS, BROADCAST_KINDS, GATE, MATMUL
+from morello_build.ir.spec import ADD_KINDS, BROADCAST_KINDS, MATMUL, PRODUCT_STAGES
 
 __all__ = ["OneDnnMatmul", "onednn_matmul"]
 
@@ -115,7 +115,7 @@ def onednn_matmul(
     one oneDNN matmul primitive on these arrays, or why it cannot be one."""
     if not stages or stages[0][0] != MATMUL:
         return "the pipeline does not start with a product"
-    if any(kind in (MATMUL, GATE) for kind, _ in stages[1:]):
+    if any(kind in PRODUCT_STAGES for kind, _ in stages[1:]):
         return "two products are two oneDNN primitives (not one fused call)"
     w = stages[0][1]
     rest = list(stages[1:])

@@ -84,7 +84,7 @@ def unfused_c_source(
     body: list[str] = []
     cur = _input(head, 0)
     pending: list[str] = []  # elementwise statements not yet emitted as a loop
-    into: list[_Value] = []  # where the pending loop writes, if not `written`'s choice
+    into: _Value | None = None  # where the pending loop writes, if not `written`'s choice
 
     def written(shape: tuple[int, int]) -> _Value:
         """Where a step that reads `cur` writes: in place if `cur` is ours, else a buffer."""
@@ -94,11 +94,11 @@ def unfused_c_source(
         return _Value(f"buf[{len(buffers) - 1}]", shape, (shape[1], 1))
 
     def flush() -> None:
-        nonlocal cur
+        nonlocal cur, into
         if not pending:
             return
         rows, cols = cur.shape
-        out = into.pop() if into else written(cur.shape)
+        out, into = into or written(cur.shape), None
         body.append(f"    for (long i = 0; i < {rows}; i++)")
         body.append(f"        for (long j = 0; j < {cols}; j++) {{")
         body.append(f"            float v = {cur.at()};")
@@ -155,7 +155,7 @@ def unfused_c_source(
             if isinstance(got, str):
                 return got
             pending.append(f"v = v * {got.at()};")
-            into[:] = [got]  # the loop writes the product's buffer: the last one written
+            into = got  # the loop writes the product's buffer: the last one written
         elif kind in BROADCAST_KINDS:
             op = "+" if kind in ADD_KINDS else "*"
             # b's element for value (i, j): one value, a row's, a column's, or a matrix's

@@ -31,7 +31,7 @@ from morello_build.ir.sizes import (
     size_problem,
     with_doc,
 )
-from morello_build.ir.spec import GATE, MATMUL, ROW_KINDS
+from morello_build.ir.spec import PRODUCT_STAGES, ROW_KINDS
 from morello_build.machine.isa import ISAS
 from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.names import MAX_NAME_LENGTH, kernel_name_problem, show_name
@@ -354,7 +354,7 @@ def _pipeline_macs(chain: Chain, inputs: Mapping[str, tuple[int, ...]]) -> int:
         k, n = inputs[chain.head[2]][:: -1 if chain.rhs_transposed else 1]
         macs += rows * k * n
     for stage in chain.stages:
-        if stage.kind in (MATMUL, GATE) and stage.operand is not None:
+        if stage.kind in PRODUCT_STAGES and stage.operand is not None:
             k, n = inputs[stage.operand]  # a gate's product, rows x k x n, is one more
             macs += rows * k * n
     return macs

@@ -37,6 +37,7 @@ from morello_build.ir.spec import (
     MUL_COL,
     MUL_ROW,
     MUL_SCALAR,
+    PRODUCT_STAGES,
     RELU,
     SILU,
     SOFTMAX,
@@ -122,11 +123,9 @@ class Chain:
 
     def matrices(self) -> tuple[str, ...]:
         """The inputs a pipeline's `dtype` applies to: the head's (a product's two, or the
-        first stage's x) and every later product's matrix; vectors, scalars and a matrix
-        added or multiplied elementwise stay f32."""
-        later = (
-            s.operand for s in self.stages if s.kind in (MATMUL, GATE) and s.operand is not None
-        )
+        first stage's x) and every later product's or gate's matrix; vectors, scalars and a
+        matrix added or multiplied elementwise stay f32."""
+        later = (s.operand for s in self.stages if s.kind in PRODUCT_STAGES and s.operand)
         return (*self.head[1:], *later)
 
 

@@ -67,6 +67,8 @@ ADD = "add"
 MUL = "mul"
 #: A pipeline stage: the running value times (the head's lhs @ one more matrix).
 GATE = "gate"
+#: Pipeline stages after the head that multiply by a matrix input (a product each).
+PRODUCT_STAGES = (MATMUL, GATE)
 
 IN, OUT, INOUT = "in", "out", "inout"
 #: Roles of an accumulating reduction's reduced outputs (OUT when not accumulating).
