@@ -1,0 +1,213 @@
+"""Transposing copies: a square block of f32 read along one axis and written along the other.
+
+`q @ k.T` and `x @ w.T` multiply by a matrix stored column-major; the search packs it into
+row-major panels in L1 first. Element by element (scalar `Assign`) that copy reads one
+value per cache line and cost ~1.9 cycles per value on the Xeon, a fifth of the attention
+core at seq 128. This kernel loads one vector per source run, transposes the lanes in
+registers (AVX-512 16 x 16 in 64 shuffles, AVX2 8 x 8 in 24) and stores one vector per
+destination run: 0.24 cycles per value there (docs/cost-model.md, "Transposing copies").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from morello_build.codegen.context import HELPERS, Ctx
+from morello_build.codegen.views import MEM, CodegenError, Loc, View
+from morello_build.ir import layout as lay
+from morello_build.ir.dtypes import Dtype
+from morello_build.ir.limits import Limits
+from morello_build.ir.spec import MOVE, LogicalSpec
+from morello_build.ir.tensorspec import TensorSpec
+from morello_build.kernels.base import Kernel, io_cost, regs
+from morello_build.kernels.emit_helpers import offset_from
+from morello_build.kernels.scalar import generic_move
+from morello_build.machine.target import Target
+
+F32 = Dtype.F32
+
+#: Shuffle-port instructions of one block transpose, by f32 lanes per vector: the block's
+#: bound (they issue on one port), 4 units each (one unit is half an FMA, two FMAs issue
+#: per cycle).
+SHUFFLES = {16: 64, 8: 24}
+SHUFFLE_COST = 4
+
+
+def run_axis(t: TensorSpec, lanes: int) -> int | None:
+    """The logical axis along which `t`'s elements are one unit-stride run of at least
+    `lanes` (its innermost physical dim, whole or in packed blocks of a multiple of
+    `lanes`), or None."""
+    dims = t.layout.dims
+    if not dims or t.layout.contig < 1 or not t.level.in_memory:
+        return None
+    inner = dims[-1]
+    if inner.kind == lay.DYN or (inner.kind == lay.PACKED and inner.size % lanes == 0):
+        return inner.axis
+    return None
+
+
+def _block_axes(s: LogicalSpec, lanes: int) -> tuple[int, int] | None:
+    """(source run axis, destination run axis) of a lanes x lanes block Move whose source
+    and destination run along different axes, or None."""
+    big = [d for d, n in enumerate(s.shape) if n != 1]
+    if lanes not in SHUFFLES or len(big) != 2 or any(s.shape[d] != lanes for d in big):
+        return None
+    src, dst = s.operands
+    sa, da = run_axis(src, lanes), run_axis(dst, lanes)
+    if sa is None or da is None or sa == da:
+        return None
+    return sa, da
+
+
+def _applies(s: LogicalSpec, t: Target) -> bool:
+    return _block_axes(s, t.lanes(F32)) is not None
+
+
+def _memory(s: LogicalSpec, t: Target) -> Limits:
+    return regs(vrf=t.lanes(F32))
+
+
+def _cost(s: LogicalSpec, t: Target) -> int:
+    """The shuffles, plus each operand's lines touched once."""
+    return SHUFFLE_COST * SHUFFLES[t.lanes(F32)] + io_cost(s, t)
+
+
+def _helper_source(lanes: int) -> str:
+    """C of `mb_transpose_f32_<lanes>(s, ss, d, ds)`: row r of the block at s + r * ss,
+    written as column r at d + c * ds."""
+    name = f"mb_transpose_f32_{lanes}"
+    head = (
+        f"static inline void {name}(const float *restrict s, int64_t ss, "
+        "float *restrict d, int64_t ds) {\n"
+    )
+    body: list[str] = []
+    if lanes == 16:
+        body += [f"    const __m512 r{k} = _mm512_loadu_ps(s + {k} * ss);" for k in range(16)]
+        for k in range(0, 16, 2):  # pairs of rows interleaved by 32-bit lanes
+            body.append(
+                f"    const __m512 a{k} = _mm512_unpacklo_ps(r{k}, r{k + 1}), "
+                f"a{k + 1} = _mm512_unpackhi_ps(r{k}, r{k + 1});"
+            )
+        for g in range(0, 16, 4):  # then by 64-bit lanes
+            for x, (p, q, half) in enumerate(
+                ((g, g + 2, "lo"), (g, g + 2, "hi"), (g + 1, g + 3, "lo"), (g + 1, g + 3, "hi"))
+            ):
+                body.append(
+                    f"    const __m512 b{g + x} = _mm512_castpd_ps(_mm512_unpack{half}_pd("
+                    f"_mm512_castps_pd(a{p}), _mm512_castps_pd(a{q})));"
+                )
+        for g in (0, 8):  # then by 128-bit lanes, twice
+            for x in range(4):
+                c, d = g + x, g + x + 4
+                body.append(
+                    f"    const __m512 c{c} = _mm512_shuffle_f32x4(b{c}, b{d}, 0x88), "
+                    f"c{d} = _mm512_shuffle_f32x4(b{c}, b{d}, 0xdd);"
+                )
+        for x in range(8):
+            body.append(
+                f"    _mm512_storeu_ps(d + {x} * ds, _mm512_shuffle_f32x4(c{x}, c{x + 8}, 0x88));"
+            )
+            body.append(
+                f"    _mm512_storeu_ps(d + {x + 8} * ds, _mm512_shuffle_f32x4(c{x}, c{x + 8}, 0xdd));"
+            )
+    else:
+        body += [f"    const __m256 r{k} = _mm256_loadu_ps(s + {k} * ss);" for k in range(8)]
+        for k in range(0, 8, 2):
+            body.append(
+                f"    const __m256 a{k} = _mm256_unpacklo_ps(r{k}, r{k + 1}), "
+                f"a{k + 1} = _mm256_unpackhi_ps(r{k}, r{k + 1});"
+            )
+        for g in (0, 4):
+            for x, (p, q) in enumerate(((g, g + 2), (g + 1, g + 3))):
+                body.append(
+                    f"    const __m256 b{g + 2 * x} = _mm256_shuffle_ps(a{p}, a{q}, 0x44), "
+                    f"b{g + 2 * x + 1} = _mm256_shuffle_ps(a{p}, a{q}, 0xee);"
+                )
+        for x in range(4):
+            body.append(
+                f"    _mm256_storeu_ps(d + {x} * ds, _mm256_permute2f128_ps(b{x}, b{x + 4}, 0x20));"
+            )
+            body.append(
+                f"    _mm256_storeu_ps(d + {x + 4} * ds, _mm256_permute2f128_ps(b{x}, b{x + 4}, 0x31));"
+            )
+    return head + "\n".join(body) + "\n}\n"
+
+
+def _run(
+    ctx: Ctx, view: View, at: Callable[[int, int], tuple[int, ...]], r: int, lanes: int, axis: int
+) -> Loc | None:
+    """Location of `at(r, 0)` when `at(r, 0) .. at(r, lanes - 1)`, a step along `axis`
+    each, are one unit-stride run of memory `view`: proven by constant offsets, or, where
+    the buffer packs `axis` into blocks (whose index math is opaque C), promised by the
+    layout when the view starts on a multiple of `lanes` along `axis` and the blocks are a
+    multiple of `lanes`."""
+    if view.buf.kind != MEM:
+        return None
+    base = ctx.amap.loc(view, at(r, 0))
+    if base.addr is None:
+        return None
+    if all(offset_from(ctx, view, base, at(r, j)) == j for j in range(lanes)):
+        return base
+    inner, start = view.buf.layout.dims[-1], view.offset[axis]
+    packed = inner.axis == axis and inner.kind == lay.PACKED and inner.size % lanes == 0
+    aligned = start.const % lanes == 0 and all(c % lanes == 0 for _, c in start.terms)
+    return base if packed and aligned else None
+
+
+def _runs(
+    ctx: Ctx, view: View, at: Callable[[int, int], tuple[int, ...]], lanes: int, axis: int
+) -> tuple[Loc, int] | None:
+    """(start of run 0, the constant stride between runs) when run r (`at(r, j)` for j in
+    0..lanes-1, along `axis`) is a unit-stride run for every r, or None."""
+    starts = [_run(ctx, view, at, r, lanes, axis) for r in range(lanes)]
+    first = starts[0]
+    if first is None or any(loc is None for loc in starts):
+        return None
+    steps = [offset_from(ctx, view, first, at(r, 0)) for r in range(lanes)]
+    stride = steps[1]
+    if stride is None or any(st != r * stride for r, st in enumerate(steps)):
+        return None
+    return first, stride
+
+
+def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """One helper call per block: the source's runs a constant stride apart, the
+    destination's too. Element by element where the views do not have that shape (the
+    Spec's layouts promise it; a view outside the promise still gets correct code)."""
+    lanes = max(spec.shape)
+    axes = _block_axes(spec, lanes)
+    if axes is None:
+        raise CodegenError(f"TransposeF32 does not apply to {spec.text()}")
+    sa, da = axes
+    rank = len(spec.shape)
+
+    def at(along_src: int, along_dst: int) -> tuple[int, ...]:
+        p = [0] * rank
+        p[sa], p[da] = along_src, along_dst
+        return tuple(p)
+
+    src, dst = views
+    # source run r: the values at dst-axis index r, along the source axis; destination run r:
+    # the values at source-axis index r, along the destination axis
+    s_runs = _runs(ctx, src, lambda r, j: at(j, r), lanes, sa)
+    d_runs = _runs(ctx, dst, lambda r, j: at(r, j), lanes, da)
+    if s_runs is None or d_runs is None:
+        generic_move(ctx, spec, views)
+        return
+    (s0, ss), (d0, ds) = s_runs, d_runs
+    key = f"tr_f32_{lanes}"
+    HELPERS.setdefault(key, _helper_source(lanes))
+    ctx.use_helper(key)
+    ctx.includes.add("immintrin.h")
+    ctx.line(f"mb_transpose_f32_{lanes}(&{s0.ref()}, {ss}, &{d0.ref()}, {ds});")
+
+
+TRANSPOSE_F32 = Kernel(
+    name="TransposeF32",
+    kind=MOVE,
+    applies=_applies,
+    memory=_memory,
+    cost=_cost,
+    emit=_emit,
+    dtypes=(F32, F32),
+)

@@ -1,0 +1,88 @@
+"""TransposeF32: a column-major f32 operand packed into row-major tiles a vector block at a
+time. The kernels are compiled, run and compared with numpy (a copy must be exact), and
+the search must pick the block transpose where the shapes allow it, including into the
+packed B panels of `q @ k.T` (whose panel index is opaque C the kernel trusts the layout
+for)."""
+
+from __future__ import annotations
+
+import pytest
+
+from morello_build.codegen.emit import generate_c
+from morello_build.harness.verify import IsaUnavailable, verify_kernel
+from morello_build.impl.nodes import Impl, Kernel
+from morello_build.impl.printer import iter_nodes
+from morello_build.ir.text import parse_spec
+from morello_build.kernels.transpose import SHUFFLES, TRANSPOSE_F32
+from morello_build.machine.target import get_target
+from tests.support.shared_search import synthesize_impl
+
+CASES = [
+    # (isa, Spec): whole blocks, remainders on both sides, a tall and a wide one
+    ("avx512", "Move(32x48, f32:GL:col, f32:GL:row, serial)"),
+    ("avx512", "Move(37x21, f32:GL:col, f32:GL:row, serial)"),
+    ("avx512", "Move(48x16, f32:GL:row, f32:GL:col, serial)"),
+    ("avx2", "Move(24x40, f32:GL:col, f32:GL:row, serial)"),
+    ("avx2", "Move(19x30, f32:GL:row, f32:GL:col, serial)"),
+    ("avx512", "Matmul(1x32x64x48, f32:GL:row, f32:GL:col, f32:GL:row, serial)"),
+    ("avx2", "Matmul(1x16x32x24, f32:GL:row, f32:GL:col, f32:GL:row, serial)"),
+]
+
+
+def _transposes(impl: Impl) -> list[Impl]:
+    return [n for n in iter_nodes(impl) if isinstance(n, Kernel) and n.name == "TransposeF32"]
+
+
+def _id(case: tuple[str, str]) -> str:
+    return f"{case[0]}-{case[1]}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_the_block_transpose_copies_exactly(case: tuple[str, str]) -> None:
+    isa, text = case
+    impl = synthesize_impl(parse_spec(text), isa)
+    blocks = _transposes(impl)
+    assert blocks, f"{text} on {isa}: no TransposeF32 in the program"
+    lanes = 16 if isa == "avx512" else 8
+    assert all(sorted(n.spec.shape)[-2:] == [lanes, lanes] for n in blocks)
+    kernel = generate_c(impl, "mb_transpose_test", isa)
+    assert f"mb_transpose_f32_{lanes}(" in kernel.c_source  # the vector form, not the fallback
+    try:
+        result = verify_kernel(kernel, compiler="gcc")
+    except IsaUnavailable:
+        pytest.skip(f"compiled; this host cannot run {isa}")
+    assert result.ok, f"{text} on {isa}: {result.details}"
+
+
+def test_the_attention_scores_pack_k_with_block_transposes() -> None:
+    """`q @ k.T` packs k into B panels of 32 columns: the blocks land in the panels (the
+    panel index is opaque C), and the result is still right."""
+    text = "Matmul(1x64x64x128, f32:GL:row, f32:GL:col, f32:GL:row, serial)"
+    impl = synthesize_impl(parse_spec(text), "avx512")
+    assert _transposes(impl)
+    kernel = generate_c(impl, "mb_scores", "avx512")
+    calls = [ln for ln in kernel.c_source.splitlines() if "mb_transpose_f32_16(&" in ln]
+    assert calls
+    try:
+        result = verify_kernel(kernel, compiler="gcc")
+    except IsaUnavailable:
+        pytest.skip("compiled; this host cannot run avx512")
+    assert result.ok, result.details
+
+
+def test_only_square_vector_blocks_apply() -> None:
+    """The kernel prices and emits one lanes x lanes block: other shapes are not offered."""
+    for isa, lanes in (("avx512", 16), ("avx2", 8)):
+        t = get_target(isa)
+        assert lanes in SHUFFLES
+        ok = parse_spec(f"Move({lanes}x{lanes}, f32:L1:col, f32:L1:row, serial)")
+        assert TRANSPOSE_F32.takes(ok, t)
+        for bad in (
+            f"Move({lanes}x{2 * lanes}, f32:L1:col, f32:L1:row, serial)",  # not square
+            f"Move({lanes}x{lanes}, f32:L1:row, f32:L1:row, serial)",  # nothing to transpose
+            f"Move({lanes}x{lanes}, bf16:L1:col, bf16:L1:row, serial)",  # f32 only
+        ):
+            assert not TRANSPOSE_F32.takes(parse_spec(bad), t), bad
+    assert not TRANSPOSE_F32.takes(
+        parse_spec("Move(4x4, f32:L1:col, f32:L1:row, serial)"), get_target("x86-64")
+    )
