@@ -85,6 +85,7 @@ from morello_build.ir.spec import (
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
+from morello_build.kernels.base import rows_contiguous
 from morello_build.kernels.dpbf16_tiles import DPBF16_COLS, DPBF16_MIN_K
 from morello_build.kernels.k_pairs import AMX_PAIRS_DIMS, amx_pairs_layout
 from morello_build.kernels.registry import kernels_for
@@ -265,12 +266,19 @@ def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
 def _hoistable(spec: LogicalSpec, moves: Sequence[Action]) -> list[Action]:
     """The moves a non-accumulating Matmul's inputs (or a pipeline's head inputs) get:
     cache views, and on one thread B packed into GL (reasons in `enumerate_actions`)."""
-    return [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
+    return [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(spec, m))]
 
 
-def _packs_rhs(move: Action) -> bool:
-    """A copy of B into GL panels (or another GL layout)."""
-    return isinstance(move, Move) and move.operand == 1 and move.level is Level.GL
+def _packs_rhs(spec: LogicalSpec, move: Action) -> bool:
+    """A copy of B into GL panels (or another GL layout); or into L1 when B is stored by
+    columns (`w.T`, `k.T`), whose copy transposes it and is never a view: then the
+    scores of `q @ k.T` zero in registers instead of a memset of the whole score matrix
+    and a reload (docs/cost-model.md, "Packing B above the zero")."""
+    if not isinstance(move, Move) or move.operand != 1:
+        return False
+    return move.level is Level.GL or (
+        move.level is Level.L1 and not rows_contiguous(spec.operands[1])
+    )
 
 
 def _is_view(spec: LogicalSpec, move: Action) -> bool:
