@@ -1,4 +1,5 @@
-"""Transposing copies: a square block of f32 read along one axis and written along the other.
+"""Transposing copies: a square block read along one axis and written along the other, as
+f32 (a bf16 source widened as it is loaded).
 
 `q @ k.T` and `x @ w.T` multiply by a matrix stored column-major; the search packs it into
 row-major panels in L1 first. Element by element (scalar `Assign`) that copy reads one
@@ -11,6 +12,7 @@ destination run: 0.24 cycles per value there (docs/cost-model.md, "Transposing c
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from morello_build.codegen.context import HELPERS, Ctx
 from morello_build.codegen.views import MEM, CodegenError, Loc, View
@@ -24,7 +26,7 @@ from morello_build.kernels.emit_helpers import offset_from
 from morello_build.kernels.scalar import generic_move
 from morello_build.machine.target import Target
 
-F32 = Dtype.F32
+F32, BF16 = Dtype.F32, Dtype.BF16
 
 #: Shuffle-port instructions of one block transpose, by f32 lanes per vector: the block's
 #: bound (they issue on one port), 4 units each (one unit is half an FMA, two FMAs issue
@@ -68,21 +70,41 @@ def _memory(s: LogicalSpec, t: Target) -> Limits:
 
 
 def _cost(s: LogicalSpec, t: Target) -> int:
-    """The shuffles, plus each operand's lines touched once."""
-    return SHUFFLE_COST * SHUFFLES[t.lanes(F32)] + io_cost(s, t)
+    """The shuffles, plus each operand's lines touched once; a bf16 source's widening is
+    one unit per vector (as `WIDEN_VECTOR_COST` of the row kernels)."""
+    lanes = t.lanes(F32)
+    widen = lanes if s.operands[0].dtype == BF16 else 0
+    return SHUFFLE_COST * SHUFFLES[lanes] + widen + io_cost(s, t)
 
 
-def _helper_source(lanes: int) -> str:
-    """C of `mb_transpose_f32_<lanes>(s, ss, d, ds)`: row r of the block at s + r * ss,
-    written as column r at d + c * ds."""
-    name = f"mb_transpose_f32_{lanes}"
+#: One source run as f32 lanes, by (source dtype, lanes): a load, and for bf16 a
+#: zero-extension and a shift into the high half (as `emit_helpers.widen`).
+_LOADS = {
+    (F32, 16): "_mm512_loadu_ps(s + {k} * ss)",
+    (F32, 8): "_mm256_loadu_ps(s + {k} * ss)",
+    (BF16, 16): "_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32("
+    "_mm256_loadu_si256((const __m256i *)(s + {k} * ss))), 16))",
+    (BF16, 8): "_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32("
+    "_mm_loadu_si128((const __m128i *)(s + {k} * ss))), 16))",
+}
+
+
+def helper_name(dtype: Dtype, lanes: int) -> str:
+    return f"mb_transpose_{dtype.value}_f32_{lanes}"
+
+
+def _helper_source(dtype: Dtype, lanes: int) -> str:
+    """C of `mb_transpose_<dtype>_f32_<lanes>(s, ss, d, ds)`: row r of the block at
+    s + r * ss (widened to f32 when bf16), written as column r at d + c * ds."""
+    ctype = "float" if dtype == F32 else "uint16_t"
     head = (
-        f"static inline void {name}(const float *restrict s, int64_t ss, "
-        "float *restrict d, int64_t ds) {\n"
+        f"static inline void {helper_name(dtype, lanes)}(const {ctype} *restrict s, "
+        "int64_t ss, float *restrict d, int64_t ds) {\n"
     )
+    load = _LOADS[dtype, lanes]
     body: list[str] = []
     if lanes == 16:
-        body += [f"    const __m512 r{k} = _mm512_loadu_ps(s + {k} * ss);" for k in range(16)]
+        body += [f"    const __m512 r{k} = {load.format(k=k)};" for k in range(16)]
         for k in range(0, 16, 2):  # pairs of rows interleaved by 32-bit lanes
             body.append(
                 f"    const __m512 a{k} = _mm512_unpacklo_ps(r{k}, r{k + 1}), "
@@ -111,7 +133,7 @@ def _helper_source(lanes: int) -> str:
                 f"    _mm512_storeu_ps(d + {x + 8} * ds, _mm512_shuffle_f32x4(c{x}, c{x + 8}, 0xdd));"
             )
     else:
-        body += [f"    const __m256 r{k} = _mm256_loadu_ps(s + {k} * ss);" for k in range(8)]
+        body += [f"    const __m256 r{k} = {load.format(k=k)};" for k in range(8)]
         for k in range(0, 8, 2):
             body.append(
                 f"    const __m256 a{k} = _mm256_unpacklo_ps(r{k}, r{k + 1}), "
@@ -177,7 +199,7 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     lanes = max(spec.shape)
     axes = _block_axes(spec, lanes)
     if axes is None:
-        raise CodegenError(f"TransposeF32 does not apply to {spec.text()}")
+        raise CodegenError(f"no block transpose applies to {spec.text()}")
     sa, da = axes
     rank = len(spec.shape)
 
@@ -195,11 +217,12 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         generic_move(ctx, spec, views)
         return
     (s0, ss), (d0, ds) = s_runs, d_runs
-    key = f"tr_f32_{lanes}"
-    HELPERS.setdefault(key, _helper_source(lanes))
+    dtype = spec.operands[0].dtype
+    key = f"tr_{dtype.value}_{lanes}"
+    HELPERS.setdefault(key, _helper_source(dtype, lanes))
     ctx.use_helper(key)
     ctx.includes.add("immintrin.h")
-    ctx.line(f"mb_transpose_f32_{lanes}(&{s0.ref()}, {ss}, &{d0.ref()}, {ds});")
+    ctx.line(f"{helper_name(dtype, lanes)}(&{s0.ref()}, {ss}, &{d0.ref()}, {ds});")
 
 
 TRANSPOSE_F32 = Kernel(
@@ -211,3 +234,5 @@ TRANSPOSE_F32 = Kernel(
     emit=_emit,
     dtypes=(F32, F32),
 )
+#: The same with a bf16 source widened as it is loaded (`k.T` of bf16 attention inputs).
+TRANSPOSE_BF16_F32 = replace(TRANSPOSE_F32, name="TransposeBf16F32", dtypes=(BF16, F32))

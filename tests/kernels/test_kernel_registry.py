@@ -45,6 +45,7 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("avx2", "generic", "Move(8x16, bf16:GL:row, f32:GL:row)", {"VectorCastBf16F32"}),
     ("avx2", "generic", "Move(24x40, f32:GL:col, f32:GL:row, serial)", {"TransposeF32"}),
     ("avx512", "generic", "Move(40x48, f32:GL:col, f32:GL:row, serial)", {"TransposeF32"}),
+    ("avx512", "generic", "Move(32x48, bf16:GL:col, f32:GL:row, serial)", {"TransposeBf16F32"}),
     ("avx512", "generic", mm("1x4x64x1", B, BC), {"DotProductLoopVdpbf16ps"}),
     ("avx512", "generic", mm("1x1x64x256", B, B), {"VecMatRowsBf16F32"}),
     ("avx512", "generic", mm("1x1x64x256", R, B), {"VecMatRowsF32Bf16"}),

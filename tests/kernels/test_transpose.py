@@ -13,7 +13,12 @@ from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Impl, Kernel
 from morello_build.impl.printer import iter_nodes
 from morello_build.ir.text import parse_spec
-from morello_build.kernels.transpose import SHUFFLES, TRANSPOSE_F32
+from morello_build.kernels.transpose import (
+    SHUFFLES,
+    TRANSPOSE_BF16_F32,
+    TRANSPOSE_F32,
+    helper_name,
+)
 from morello_build.machine.target import get_target
 from tests.support.shared_search import synthesize_impl
 
@@ -24,13 +29,18 @@ CASES = [
     ("avx512", "Move(48x16, f32:GL:row, f32:GL:col, serial)"),
     ("avx2", "Move(24x40, f32:GL:col, f32:GL:row, serial)"),
     ("avx2", "Move(19x30, f32:GL:row, f32:GL:col, serial)"),
+    ("avx512", "Move(32x48, bf16:GL:col, f32:GL:row, serial)"),  # widened as loaded
+    ("avx2", "Move(21x40, bf16:GL:col, f32:GL:row, serial)"),
     ("avx512", "Matmul(1x32x64x48, f32:GL:row, f32:GL:col, f32:GL:row, serial)"),
     ("avx2", "Matmul(1x16x32x24, f32:GL:row, f32:GL:col, f32:GL:row, serial)"),
 ]
 
 
+BLOCKS = {"TransposeF32", "TransposeBf16F32"}
+
+
 def _transposes(impl: Impl) -> list[Impl]:
-    return [n for n in iter_nodes(impl) if isinstance(n, Kernel) and n.name == "TransposeF32"]
+    return [n for n in iter_nodes(impl) if isinstance(n, Kernel) and n.name in BLOCKS]
 
 
 def _id(case: tuple[str, str]) -> str:
@@ -42,11 +52,13 @@ def test_the_block_transpose_copies_exactly(case: tuple[str, str]) -> None:
     isa, text = case
     impl = synthesize_impl(parse_spec(text), isa)
     blocks = _transposes(impl)
-    assert blocks, f"{text} on {isa}: no TransposeF32 in the program"
+    assert blocks, f"{text} on {isa}: no block transpose in the program"
     lanes = 16 if isa == "avx512" else 8
     assert all(sorted(n.spec.shape)[-2:] == [lanes, lanes] for n in blocks)
     kernel = generate_c(impl, "mb_transpose_test", isa)
-    assert f"mb_transpose_f32_{lanes}(" in kernel.c_source  # the vector form, not the fallback
+    dtype = parse_spec(text).operands[0 if text.startswith("Move") else 1].dtype
+    # the vector form, not the element-by-element fallback
+    assert f"{helper_name(dtype, lanes)}(&" in kernel.c_source
     try:
         result = verify_kernel(kernel, compiler="gcc")
     except IsaUnavailable:
@@ -61,7 +73,7 @@ def test_the_attention_scores_pack_k_with_block_transposes() -> None:
     impl = synthesize_impl(parse_spec(text), "avx512")
     assert _transposes(impl)
     kernel = generate_c(impl, "mb_scores", "avx512")
-    calls = [ln for ln in kernel.c_source.splitlines() if "mb_transpose_f32_16(&" in ln]
+    calls = [ln for ln in kernel.c_source.splitlines() if "mb_transpose_f32_f32_16(&" in ln]
     assert calls
     try:
         result = verify_kernel(kernel, compiler="gcc")
@@ -77,12 +89,14 @@ def test_only_square_vector_blocks_apply() -> None:
         assert lanes in SHUFFLES
         ok = parse_spec(f"Move({lanes}x{lanes}, f32:L1:col, f32:L1:row, serial)")
         assert TRANSPOSE_F32.takes(ok, t)
+        widening = parse_spec(f"Move({lanes}x{lanes}, bf16:L1:col, f32:L1:row, serial)")
+        assert TRANSPOSE_BF16_F32.takes(widening, t) and not TRANSPOSE_F32.takes(widening, t)
         for bad in (
             f"Move({lanes}x{2 * lanes}, f32:L1:col, f32:L1:row, serial)",  # not square
             f"Move({lanes}x{lanes}, f32:L1:row, f32:L1:row, serial)",  # nothing to transpose
-            f"Move({lanes}x{lanes}, bf16:L1:col, bf16:L1:row, serial)",  # f32 only
+            f"Move({lanes}x{lanes}, bf16:L1:col, bf16:L1:row, serial)",  # f32 out only
         ):
-            assert not TRANSPOSE_F32.takes(parse_spec(bad), t), bad
+            assert not any(k.takes(parse_spec(bad), t) for k in (TRANSPOSE_F32, TRANSPOSE_BF16_F32))
     assert not TRANSPOSE_F32.takes(
         parse_spec("Move(4x4, f32:L1:col, f32:L1:row, serial)"), get_target("x86-64")
     )
