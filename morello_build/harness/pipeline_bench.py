@@ -504,7 +504,7 @@ def bench_pipeline(
     peers: Sequence[PipelinePeer] = DEFAULT_PEERS,
     offset: int | None = None,
 ) -> PipelineBench:
-    """Compile `kernel` (-O2 and its ISA, as `verify_kernel` does), check it and `peers`
+    """Compile `kernel` (-O3 and its ISA, as a user's build does), check it and `peers`
     on the same seeded inputs, and time those within their bounds for about `min_time`
     seconds each. Raises `IsaUnavailable` on a host without the kernel's ISA, `BenchError`
     when the kernel's own result is wrong.
@@ -535,7 +535,9 @@ def bench_pipeline(
     if offset is not None:
         bufs[-1] = placed(bufs[-1], offset)
     with tempfile.TemporaryDirectory(prefix="morello-pipeline-bench-") as tmp:
-        flags = kernel_compile_flags(kernel)
+        # -O3, as MorelloBuild.cmake builds kernels for users and `bench_kernel` times them
+        # (verification compiles at -O2; docs/pipelines.md, "Verification")
+        flags = kernel_compile_flags(kernel, opt="-O3")
         so = build_shared_library(
             find_compiler(compiler), Path(tmp), kernel_files(kernel), abi.name, flags=flags
         )
