@@ -82,6 +82,7 @@ GOLDEN: dict[str, list[str]] = {
         _tile(8, 2),
         _tile(4, 8),
         _tile(8, 4),
+        "Select(kernel='TransposeF32')",  # an 8 x 8 block read by columns, written by rows
     ],
     "Move(4x8, f32:L1:row, f32:VRF:row:8, serial)": [
         _tile(1, 8),
