@@ -217,10 +217,11 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if spec.kind == MATMUL and not spec.accum and i != spec.output_index and not tiles:
             # Inputs of a non-accumulating Matmul get only cache views (no copies), so a
             # view can be hoisted above the zero-then-accumulate split. A one-thread
-            # Matmul may also pack B into GL panels there, so that whole-k register tiles
-            # zero C in registers; a Spec that may still run threads does not (both
-            # measured: docs/cost-model.md, "Packing B above the zero"). (On AMX tiles the
-            # kernel itself zeroes C, so B may be packed above it.)
+            # Matmul may also pack B into GL panels there (or into L1 when B is stored by
+            # columns), so that whole-k register tiles zero C in registers; a Spec that
+            # may still run threads does not (both measured: docs/cost-model.md, "Packing
+            # B above the zero"). (On AMX tiles the kernel itself zeroes C, so B may be
+            # packed above it.)
             moves = _hoistable(spec, moves)
         if tiles or dp_tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
@@ -265,7 +266,7 @@ def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
 
 def _hoistable(spec: LogicalSpec, moves: Sequence[Action]) -> list[Action]:
     """The moves a non-accumulating Matmul's inputs (or a pipeline's head inputs) get:
-    cache views, and on one thread B packed into GL (reasons in `enumerate_actions`)."""
+    cache views, and on one thread B packed (`_packs_rhs`; reasons in `enumerate_actions`)."""
     return [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(spec, m))]
 
 

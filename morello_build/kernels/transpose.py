@@ -35,7 +35,7 @@ SHUFFLES = {16: 64, 8: 24}
 SHUFFLE_COST = 4
 
 
-def run_axis(t: TensorSpec, lanes: int) -> int | None:
+def _run_axis(t: TensorSpec, lanes: int) -> int | None:
     """The logical axis along which `t`'s elements are one unit-stride run of at least
     `lanes` (its innermost physical dim, whole or in packed blocks of a multiple of
     `lanes`), or None."""
@@ -55,7 +55,7 @@ def _block_axes(s: LogicalSpec, lanes: int) -> tuple[int, int] | None:
     if lanes not in SHUFFLES or len(big) != 2 or any(s.shape[d] != lanes for d in big):
         return None
     src, dst = s.operands
-    sa, da = run_axis(src, lanes), run_axis(dst, lanes)
+    sa, da = _run_axis(src, lanes), _run_axis(dst, lanes)
     if sa is None or da is None or sa == da:
         return None
     return sa, da
