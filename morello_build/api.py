@@ -19,6 +19,7 @@ from morello_build.codegen.views import CodegenError
 from morello_build.errors import MorelloError, NoImplementation, SpecError, first_line
 from morello_build.impl.nodes import Impl
 from morello_build.ir.expr import parse_chain
+from morello_build.ir.layout import DYN
 from morello_build.ir.levels import Level
 from morello_build.ir.sizes import matmul_size_problem, shape_text, size_problem, with_doc
 from morello_build.ir.spec import (
@@ -301,6 +302,12 @@ def synthesize_kernel(
         o.level is not Level.GL for o in ls.operands
     ):
         raise SpecError(f"{name}: kernel operands must live in GL (main memory)")
+    for i, o in enumerate(ls.operands):
+        if any(d.kind != DYN for d in o.layout.dims):
+            raise SpecError(
+                f"{name}: operand {i} has the packed layout {o.layout}; a kernel's operands "
+                "are dense arrays (row or col)"
+            )
     isa = resolve_target(target)
     tune_name = resolve_tune(tune, target)
     start = time.perf_counter()

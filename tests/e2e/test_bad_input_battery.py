@@ -236,6 +236,12 @@ def _cli_fixed() -> list[Case]:
     l1 = "Matmul(1x4x4x4, f32:L1:row, f32:GL:row, f32:GL:row)"  # a program, but no kernel
     add("cli spec", ["synth", l1, "--format", "c"], "GL")
     add("cli spec", ["verify", l1], "GL")
+    # packed layouts are the search's, not a kernel parameter's (a program, but no kernel)
+    packed = "Move(1x64x128, bf16:GL:col, bf16:GL:[1,2,1p2])"
+    add("cli spec", ["synth", packed, "--format", "c"], "packed layout", "operand 1")
+    for cmd in ("verify", "bench"):
+        add("cli spec", [cmd, "Matmul(1x4x8x32, f32:GL:row, f32:GL:[2,1,2p16], f32:GL:row)"],
+            "packed layout")  # fmt: skip
     add("cli spec", ["synth", "matmul 4x4x4 --threads 2", "--threads", "2"], "--threads")
     add("cli spec", ["synth", "matmul 4x4x4 --dtype bf16", "--layout-b", "col"], "--layout-b")
     add("cli spec", ["synth", FULL_SPEC, "--layout-b", "col"], "--layout-b")
