@@ -36,7 +36,11 @@ from morello_build.kernels.moves import (
 )
 from morello_build.kernels.rows import ROW_KERNELS
 from morello_build.kernels.scalar import ASSIGN, CAST_BF16_F32, MULT_ADD, VALUE_ZERO
-from morello_build.kernels.transpose import TRANSPOSE_BF16_F32, TRANSPOSE_F32
+from morello_build.kernels.transpose import (
+    TRANSPOSE_BF16_F32,
+    TRANSPOSE_BF16_PAIRS,
+    TRANSPOSE_F32,
+)
 
 KERNELS: tuple[Kernel, ...] = (
     # Matmul (accumulating)
@@ -62,6 +66,7 @@ KERNELS: tuple[Kernel, ...] = (
     PACK_BF16_PAIRS,
     TRANSPOSE_F32,
     TRANSPOSE_BF16_F32,
+    TRANSPOSE_BF16_PAIRS,
     # Zero
     MEMSET_ZERO,
     VALUE_ZERO,

@@ -236,3 +236,112 @@ TRANSPOSE_F32 = Kernel(
 )
 #: The same with a bf16 source widened as it is loaded (`k.T` of bf16 attention inputs).
 TRANSPOSE_BF16_F32 = replace(TRANSPOSE_F32, name="TransposeBf16F32", dtypes=(BF16, F32))
+
+
+# ---- bf16 into k-pairs --------------------------------------------------------------------
+#
+# AMX (and vdpbf16ps) read B as k-pairs: `[..., 2, 1p2]`, values (k, n) and (k + 1, n)
+# side by side. Packing a column-major bf16 B (`k.T` of bf16 attention inputs) into that
+# layout is a transpose of 32-bit units: a source run of 2 * lanes bf16 along k is lanes
+# pairs, and destination row k / 2 holds lanes pairs along n. So the f32 block transpose
+# moves a (2 * lanes) x lanes bf16 block, its pointers and strides taken in 32-bit units.
+
+
+def _pairs_axes(s: LogicalSpec, lanes: int) -> tuple[int, int] | None:
+    """(k axis, n axis) of a bf16 Move of 2 * lanes along k and lanes along n from runs along
+    k into k-pairs whose rows run along n, or None."""
+    if lanes not in SHUFFLES:
+        return None
+    src, dst = s.operands
+    ka = _run_axis(src, 2 * lanes)
+    dims = dst.layout.dims
+    if ka is None or len(dims) < 2 or dst.layout.contig < 2 or not dst.level.in_memory:
+        return None
+    if dims[-1] != lay.PhysDim(ka, lay.PACKED, 2):
+        return None
+    outer = dims[-2]
+    na = outer.axis
+    if na == ka or not (
+        outer.kind == lay.DYN or (outer.kind == lay.PACKED and outer.size % lanes == 0)
+    ):
+        return None
+    big = {d: n for d, n in enumerate(s.shape) if n != 1}
+    return (ka, na) if big == {ka: 2 * lanes, na: lanes} else None
+
+
+def _pairs_applies(s: LogicalSpec, t: Target) -> bool:
+    return _pairs_axes(s, t.lanes(F32)) is not None
+
+
+def _aligned(view: View, axis: int, step: int) -> bool:
+    start = view.offset[axis]
+    return start.const % step == 0 and all(c % step == 0 for _, c in start.terms)
+
+
+def _pair_rows(
+    ctx: Ctx, view: View, at: Callable[[int, int], tuple[int, ...]], lanes: int
+) -> int | None:
+    """The stride (in bf16 values) between destination pair-rows when element `at(k, n)` of
+    an aligned block sits at `stride * (k // 2) + 2 * n + k % 2` from element `at(0, 0)`.
+    The block's index math is opaque C (divisions by the pair), so the offsets are those of
+    the same block at the buffer's origin, which an aligned block shares."""
+    origin = View.whole(view.buf)
+    base = ctx.amap.loc(origin, at(0, 0))
+    stride = offset_from(ctx, origin, base, at(2, 0))
+    if stride is None:
+        return None
+    for k in range(2 * lanes):
+        for n in range(lanes):
+            if offset_from(ctx, origin, base, at(k, n)) != stride * (k // 2) + 2 * n + k % 2:
+                return None
+    return stride
+
+
+def _pairs_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
+    """One f32 block transpose over the bf16 pairs, or the element copy where the views do
+    not have the shape the layouts promise."""
+    lanes = max(spec.shape) // 2
+    axes = _pairs_axes(spec, lanes)
+    if axes is None:
+        raise CodegenError(f"no k-pair transpose applies to {spec.text()}")
+    ka, na = axes
+    rank = len(spec.shape)
+
+    def at(k: int, n: int) -> tuple[int, ...]:
+        p = [0] * rank
+        p[ka], p[na] = k, n
+        return tuple(p)
+
+    src, dst = views
+    s_runs = _runs(ctx, src, lambda r, j: at(j, r), 2 * lanes, ka)
+    aligned = dst.buf.kind == MEM and _aligned(dst, ka, 2 * lanes) and _aligned(dst, na, lanes)
+    ds = _pair_rows(ctx, dst, at, lanes) if aligned else None
+    if s_runs is None or s_runs[1] % 2 or ds is None or ds % 2:
+        generic_move(ctx, spec, views)
+        return
+    s0, ss = s_runs
+    d0 = ctx.amap.loc(dst, at(0, 0))
+    key = f"tr_f32_{lanes}"
+    HELPERS.setdefault(key, _helper_source(F32, lanes))
+    ctx.use_helper(key)
+    ctx.includes.add("immintrin.h")
+    fn = helper_name(F32, lanes)
+    ctx.line(
+        f"{fn}((const float *)&{s0.ref()}, {ss // 2}, (float *)&{d0.ref()}, {ds // 2});"
+        "  /* bf16 pairs as 32-bit lanes */"
+    )
+
+
+def _pairs_cost(s: LogicalSpec, t: Target) -> int:
+    return SHUFFLE_COST * SHUFFLES[t.lanes(F32)] + io_cost(s, t)
+
+
+TRANSPOSE_BF16_PAIRS = Kernel(
+    name="TransposeBf16Pairs",
+    kind=MOVE,
+    applies=_pairs_applies,
+    memory=_memory,
+    cost=_pairs_cost,
+    emit=_pairs_emit,
+    dtypes=(BF16, BF16),
+)

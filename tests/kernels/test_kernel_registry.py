@@ -53,6 +53,7 @@ BATTERY: list[tuple[str, str, str, set[str]]] = [
     ("avx2", "generic", mm("1x1x2048x64", B, BC), {"DotRowsBf16F32"}),
     ("avx512", "generic", mm("1x1x2048x64", R, BC), {"DotRowsF32Bf16"}),
     ("amx", "generic", mm("1x32x64x32", B, B), {"AmxTileMatmulBf16F32", "PackBf16Pairs"}),
+    ("amx", "generic", mm("1x32x64x48", B, BC), {"TransposeBf16Pairs"}),
     ("avx512", "zen4", mm("1x8x64x32", B, B, accum=True), {"Dpbf16TileBf16F32"}),
     # Row operations (the softmax parts the DP does not pick on one thread: FORCED_FORMS)
     (

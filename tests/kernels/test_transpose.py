@@ -12,6 +12,7 @@ from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Impl, Kernel
 from morello_build.impl.printer import iter_nodes
+from morello_build.ir.dtypes import Dtype
 from morello_build.ir.text import parse_spec
 from morello_build.kernels.transpose import (
     SHUFFLES,
@@ -36,7 +37,7 @@ CASES = [
 ]
 
 
-BLOCKS = {"TransposeF32", "TransposeBf16F32"}
+BLOCKS = {"TransposeF32", "TransposeBf16F32", "TransposeBf16Pairs"}
 
 
 def _transposes(impl: Impl) -> list[Impl]:
@@ -100,3 +101,27 @@ def test_only_square_vector_blocks_apply() -> None:
     assert not TRANSPOSE_F32.takes(
         parse_spec("Move(4x4, f32:L1:col, f32:L1:row, serial)"), get_target("x86-64")
     )
+
+
+PAIR_CASES = [
+    # bf16 B stored by columns, packed into the k-pairs AMX tiles read (`k.T` of bf16
+    # attention inputs); the second has k not a multiple of the 32-value block
+    "Matmul(1x32x64x48, bf16:GL:row, bf16:GL:col, f32:GL:row, serial)",
+    "Matmul(1x16x80x32, bf16:GL:row, bf16:GL:col, f32:GL:row, serial)",
+]
+
+
+@pytest.mark.parametrize("text", PAIR_CASES)
+def test_bf16_columns_go_into_k_pairs_a_block_at_a_time(text: str) -> None:
+    impl = synthesize_impl(parse_spec(text), "amx")
+    blocks = [n for n in _transposes(impl) if n.name == "TransposeBf16Pairs"]
+    assert blocks, f"{text}: no TransposeBf16Pairs in the program"
+    assert all(sorted(n.spec.shape)[-2:] == [16, 32] for n in blocks)
+    kernel = generate_c(impl, "mb_pairs_test", "amx")
+    # the f32 block transpose over bf16 pairs, not the element-by-element fallback
+    assert f"{helper_name(Dtype.F32, 16)}((const float *)&" in kernel.c_source
+    try:
+        result = verify_kernel(kernel, compiler="gcc")
+    except IsaUnavailable:
+        pytest.skip("compiled; this host cannot run amx")
+    assert result.ok, f"{text}: {result.details}"
