@@ -1,5 +1,5 @@
 """Transposing copies: a square block read along one axis and written along the other, as
-f32 (a bf16 source widened as it is loaded).
+f32 (a bf16 source widened as it is loaded), or bf16 packed into the k-pairs AMX reads.
 
 `q @ k.T` and `x @ w.T` multiply by a matrix stored column-major; the search packs it into
 row-major panels in L1 first. Element by element (scalar `Assign`) that copy reads one
