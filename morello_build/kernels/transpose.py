@@ -93,13 +93,13 @@ def helper_name(dtype: Dtype, lanes: int) -> str:
     return f"mb_transpose_{dtype.value}_f32_{lanes}"
 
 
-def _helper_source(dtype: Dtype, lanes: int) -> str:
+def _helper_source(dtype: Dtype, lanes: int, index: str) -> str:
     """C of `mb_transpose_<dtype>_f32_<lanes>(s, ss, d, ds)`: row r of the block at
     s + r * ss (widened to f32 when bf16), written as column r at d + c * ds."""
     ctype = "float" if dtype == F32 else "uint16_t"
     head = (
         f"static inline void {helper_name(dtype, lanes)}(const {ctype} *restrict s, "
-        "int64_t ss, float *restrict d, int64_t ds) {\n"
+        f"{index} ss, float *restrict d, {index} ds) {{\n"
     )
     load = _LOADS[dtype, lanes]
     body: list[str] = []
@@ -153,6 +153,14 @@ def _helper_source(dtype: Dtype, lanes: int) -> str:
                 f"    _mm256_storeu_ps(d + {x + 4} * ds, _mm256_permute2f128_ps(b{x}, b{x + 4}, 0x31));"
             )
     return head + "\n".join(body) + "\n}\n"
+
+
+def _use_helper(ctx: Ctx, dtype: Dtype, lanes: int) -> None:
+    """Declare the block transpose for this file, its strides in the kernel's index type
+    (`int` unless some offset of the kernel exceeds it)."""
+    key = f"tr_{dtype.value}_{lanes}_{ctx.index_type}"
+    HELPERS.setdefault(key, _helper_source(dtype, lanes, ctx.index_type))
+    ctx.use_helper(key)
 
 
 def _run(
@@ -218,9 +226,7 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         return
     (s0, ss), (d0, ds) = s_runs, d_runs
     dtype = spec.operands[0].dtype
-    key = f"tr_{dtype.value}_{lanes}"
-    HELPERS.setdefault(key, _helper_source(dtype, lanes))
-    ctx.use_helper(key)
+    _use_helper(ctx, dtype, lanes)
     ctx.includes.add("immintrin.h")
     ctx.line(f"{helper_name(dtype, lanes)}(&{s0.ref()}, {ss}, &{d0.ref()}, {ds});")
 
@@ -321,9 +327,7 @@ def _pairs_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         return
     s0, ss = s_runs
     d0 = ctx.amap.loc(dst, at(0, 0))
-    key = f"tr_f32_{lanes}"
-    HELPERS.setdefault(key, _helper_source(F32, lanes))
-    ctx.use_helper(key)
+    _use_helper(ctx, F32, lanes)
     ctx.includes.add("immintrin.h")
     fn = helper_name(F32, lanes)
     ctx.line(
