@@ -163,6 +163,12 @@ def _use_helper(ctx: Ctx, dtype: Dtype, lanes: int) -> None:
     ctx.use_helper(key)
 
 
+def _aligned(view: View, axis: int, step: int) -> bool:
+    """The view starts on a multiple of `step` along `axis` (in every loop iteration)."""
+    start = view.offset[axis]
+    return start.const % step == 0 and all(c % step == 0 for _, c in start.terms)
+
+
 def _run(
     ctx: Ctx, view: View, at: Callable[[int, int], tuple[int, ...]], r: int, lanes: int, axis: int
 ) -> Loc | None:
@@ -178,10 +184,9 @@ def _run(
         return None
     if all(offset_from(ctx, view, base, at(r, j)) == j for j in range(lanes)):
         return base
-    inner, start = view.buf.layout.dims[-1], view.offset[axis]
+    inner = view.buf.layout.dims[-1]
     packed = inner.axis == axis and inner.kind == lay.PACKED and inner.size % lanes == 0
-    aligned = start.const % lanes == 0 and all(c % lanes == 0 for _, c in start.terms)
-    return base if packed and aligned else None
+    return base if packed and _aligned(view, axis, lanes) else None
 
 
 def _runs(
@@ -277,11 +282,6 @@ def _pairs_axes(s: LogicalSpec, lanes: int) -> tuple[int, int] | None:
 
 def _pairs_applies(s: LogicalSpec, t: Target) -> bool:
     return _pairs_axes(s, t.lanes(F32)) is not None
-
-
-def _aligned(view: View, axis: int, step: int) -> bool:
-    start = view.offset[axis]
-    return start.const % step == 0 and all(c % step == 0 for _, c in start.terms)
 
 
 def _pair_rows(
