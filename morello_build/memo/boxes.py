@@ -466,7 +466,9 @@ def _disjoint(
     a_lo: tuple[int, ...], a_hi: tuple[int, ...], b_lo: tuple[int, ...], b_hi: tuple[int, ...]
 ) -> bool:
     """Boxes A and B share no point (they are apart in some dim)."""
-    return any(w < x or y < u for x, y, u, w in zip(a_lo, a_hi, b_lo, b_hi, strict=True))
+    if len(a_lo) != len(b_lo):
+        raise ValueError(f"boxes of {len(a_lo)} and {len(b_lo)} dims")
+    return any(b_hi[k] < a_lo[k] or a_hi[k] < b_lo[k] for k in range(len(a_lo)))
 
 
 def resolve(fills: Iterable[TupleBox], values: Sequence[Value]) -> list[TupleBox]:
@@ -509,23 +511,36 @@ def coalesce(boxes: list[TupleBox], order: Sequence[int] | None = None) -> list[
         return list(boxes)
     d = len(boxes[0][0])
     dims = list(range(d)) if order is None else list(order)
-    # Work on rows of (lo, hi) pairs over the dims that vary, plus the value id last.
-    varying = [k for k in dims if len({(b[0][k], b[1][k]) for b in boxes}) > 1]
+    # Only the dims whose extents differ between boxes can merge.
+    first_lo, first_hi = boxes[0][0], boxes[0][1]
+    varying = [
+        k for k in dims if any(b[0][k] != first_lo[k] or b[1][k] != first_hi[k] for b in boxes)
+    ]
     if not varying:
         return list(boxes)
-    rows: list[tuple[Any, ...]] = [
-        tuple((lo[k], hi[k]) for k in varying) + (lo, hi, v) for lo, hi, v in boxes
-    ]
+    # Rows are flat: (lo, hi) of each varying dim, the value id, then the full corners,
+    # which ride along; the varying bounds and the id form the grouping key (flat ints
+    # hash faster than nested pairs, which tuples do not cache).
     m = len(varying)
-    # The full corners ride along in the rows; only the varying pairs and v form the key.
+    m2 = 2 * m
+    rows: list[tuple[Any, ...]] = []
+    for lo, hi, v in boxes:
+        flat: list[Any] = []
+        for k in varying:
+            flat.append(lo[k])
+            flat.append(hi[k])
+        flat.append(v)
+        flat.append(lo)
+        flat.append(hi)
+        rows.append(tuple(flat))
     stable = 0
     i = 0
     while stable < m:
-        j = i % m
+        a2 = 2 * (i % m)
         i += 1
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for r in rows:
-            key = r[:j] + r[j + 1 : m] + (r[m + 2],)
+            key = r[:a2] + r[a2 + 2 : m2 + 1]
             g = groups.get(key)
             if g is None:
                 groups[key] = [r]
@@ -540,27 +555,30 @@ def coalesce(boxes: list[TupleBox], order: Sequence[int] | None = None) -> list[
             if len(g) == 1:
                 out.append(g[0])
                 continue
-            g.sort(key=lambda r: r[j])
+            # The boxes of a group are disjoint with all other bounds equal, so their
+            # lower bounds in this dim differ.
+            g.sort(key=lambda r: r[a2])
             first = g[0]
-            a, c = first[j]
+            a = first[a2]
+            c = first[a2 + 1]
             for r in g[1:]:
-                x, y = r[j]
+                x = r[a2]
                 if c + 1 == x:
-                    c = y
+                    c = r[a2 + 1]
                     merged = True
                 else:
-                    out.append(first[:j] + ((a, c),) + first[j + 1 :])
-                    first, a, c = r, x, y
-            out.append(first[:j] + ((a, c),) + first[j + 1 :])
+                    out.append(first[:a2] + (a, c) + first[a2 + 2 :])
+                    first, a, c = r, x, r[a2 + 1]
+            out.append(first[:a2] + (a, c) + first[a2 + 2 :])
         rows = out
         stable = 0 if merged else stable + 1
     result: list[TupleBox] = []
     for r in rows:
-        lo, hi, v = r[m], r[m + 1], r[m + 2]
-        lo_l, hi_l = list(lo), list(hi)
+        lo_l, hi_l = list(r[m2 + 1]), list(r[m2 + 2])
         for t, k in enumerate(varying):
-            lo_l[k], hi_l[k] = r[t]
-        result.append((tuple(lo_l), tuple(hi_l), v))
+            lo_l[k] = r[2 * t]
+            hi_l[k] = r[2 * t + 1]
+        result.append((tuple(lo_l), tuple(hi_l), r[m2]))
     return result
 
 

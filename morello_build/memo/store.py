@@ -56,7 +56,7 @@ import filelock
 import numpy as np
 import platformdirs
 
-from .boxes import Coords, Page, find_overlap
+from .boxes import Coords, Page, TupleBox, find_overlap
 from .table import MemoTable
 from .value import MAX_ACTION, MAX_DEPTH, MAX_FINGERPRINT, MAX_PEAK, UNSAT, MemoValue, Value
 
@@ -773,6 +773,19 @@ class CacheStore:
                 yield fill
 
         self.table.put_many(key, checked())
+
+    def put_points(
+        self,
+        key: str,
+        points: dict[tuple[int, ...], list[TupleBox]],
+        values: Sequence[Value],
+    ) -> None:
+        """See ``MemoTable.put_points``; each value must have one peak per memory level."""
+        md = self.memory_dims
+        for v in values:
+            if isinstance(v, MemoValue) and len(v.peaks) != md:
+                raise ValueError(f"{v!r} has {len(v.peaks)} peaks, want {md}")
+        self.table.put_points(key, points, values)
 
     def page_path(self, key: str, page_point: tuple[int, ...]) -> Path | None:
         """The file that holds one page (None when caching is off)."""

@@ -248,9 +248,8 @@ class MemoTable:
         as putting them one by one (puts commute), but much faster for DP puts.
 
         A DP put covers one point in the non-memory coordinates and a box of memory limits.
-        Such fills are grouped per point and made disjoint there (``resolve``), then each
-        page's boxes are merged in one sweep per dim (``coalesce``, memory dims first) and
-        handed to the page at once. Other fills take the ordinary ``put`` path.
+        Such fills are grouped per point (then handed to ``put_points``); other fills take
+        the ordinary ``put`` path.
         """
         k_dims = -1
         values: list[Value] = []
@@ -280,25 +279,60 @@ class MemoTable:
             else:
                 at.append(mem)
         if points:
-            B = self.block
-            pages: dict[tuple[int, ...], list[TupleBox]] = {}
-            for pt, mems in points.items():
-                if len(mems) > 1:
-                    mems = resolve(mems, values)
-                pp = tuple(c // B for c in pt)
-                boxes = pages.get(pp)
-                if boxes is None:
-                    boxes = pages[pp] = []
-                boxes.extend((pt + lo, pt + hi, v) for lo, hi, v in mems)
-            d = k_dims + self.memory_dims
-            order = list(range(k_dims, d)) + list(range(k_dims))
-            for pp, boxes in pages.items():
-                page = self._page_for_write(key, pp, d)
-                if page.fill_disjoint(coalesce(boxes, order), values):
-                    self.dirty.add((key, pp))
-            self.invalidate_cache()
+            self.put_points(key, points, values)
         for lo_t, hi_t, value in others:
             self.put(key, lo_t, hi_t, value)
+
+    def put_points(
+        self,
+        key: str,
+        points: dict[tuple[int, ...], list[TupleBox]],
+        values: Sequence[Value],
+    ) -> None:
+        """Fill boxes that each cover one non-memory point: ``points`` maps a point to its
+        memory boxes ``(lo, hi, vid)`` (value ``values[vid]``), e.g. every answer a search
+        stored for one Spec. Equal values must share one vid (boxes merge by vid).
+
+        The bulk path of a search's answers (`PersistentMemo.sync`): the boxes of a point
+        are made disjoint (``resolve``), then each page's boxes are merged in one sweep per
+        dim (``coalesce``, memory dims first) and handed to the page at once, one page
+        after another (only one page's full-coordinate boxes are alive at a time). Corners
+        are checked as in ``put``: non-negative, lo <= hi, the table's dims."""
+        if not points:
+            return
+        md = self.memory_dims
+        k_dims = len(next(iter(points)))
+        d = k_dims + md
+        self._check_dims(key, d)
+        B = self.block
+        by_page: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for pt, mems in points.items():
+            if len(pt) != k_dims or any(c < 0 for c in pt):
+                raise ValueError(f"bad point {pt} for the {d}-d table {key!r}")
+            for lo, hi, _ in mems:
+                if len(lo) != md or len(hi) != md:
+                    raise ValueError(f"memory box [{lo}, {hi}] does not have {md} dims")
+                for a, b in zip(lo, hi):
+                    if a > b or a < 0:
+                        raise ValueError(f"bad box [{lo}, {hi}]: need 0 <= lo <= hi")
+            pp = tuple(c // B for c in pt)
+            at = by_page.get(pp)
+            if at is None:
+                by_page[pp] = [pt]
+            else:
+                at.append(pt)
+        order = list(range(k_dims, d)) + list(range(k_dims))
+        for pp, pts in by_page.items():
+            boxes: list[TupleBox] = []
+            for pt in pts:
+                mems = points[pt]
+                if len(mems) > 1:
+                    mems = resolve(mems, values)
+                boxes.extend((pt + lo, pt + hi, v) for lo, hi, v in mems)
+            page = self._page_for_write(key, pp, d)
+            if page.fill_disjoint(coalesce(boxes, order), values):
+                self.dirty.add((key, pp))
+        self.invalidate_cache()
 
     def _page_for_write(self, key: str, pp: tuple[int, ...], d: int) -> Page:
         page = self._pages.get((key, pp))

@@ -117,6 +117,30 @@ class MemoValue:
             raise ValueError(f"fingerprint must be in [0, 2**32), got {fingerprint!r}")
         object.__setattr__(self, "fingerprint", fingerprint)
 
+    @classmethod
+    def of_answer(
+        cls, main: int, volume: int, peaks: tuple[int, ...], depth: int, action: int, fp: int
+    ) -> MemoValue:
+        """The value of a search's own answer (plain ints from the DP), built with only the
+        range checks: a sync builds one per distinct answer, and the generic constructor's
+        type normalization (for values decoded from untrusted pages) cost most of it."""
+        if not (
+            volume > 0
+            and main >= 0
+            and 0 <= depth < MAX_DEPTH
+            and 0 <= action < MAX_ACTION
+            and 0 <= fp < MAX_FINGERPRINT
+            and all(0 <= p < MAX_PEAK for p in peaks)
+        ):
+            raise ValueError(f"answer out of range: {(main, volume, peaks, depth, action, fp)}")
+        value = object.__new__(cls)
+        object.__setattr__(value, "intensity", Fraction(main, volume))
+        object.__setattr__(value, "peaks", peaks)
+        object.__setattr__(value, "depth", depth)
+        object.__setattr__(value, "action", action)
+        object.__setattr__(value, "fingerprint", fp)
+        return value
+
 
 def _as_int(x: object, what: str) -> int:
     """``x`` as a plain int; accepts numpy integers, rejects bools, floats and the rest."""

@@ -10,10 +10,10 @@ optimal programs are the same action at a different trip count share one box.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import warnings
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from morello_build.ir.levels import LEVEL_COUNT
 from morello_build.ir.limits import ZERO, Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.machine.target import TUNES, Target, get_target
+from morello_build.memo.boxes import TupleBox
 from morello_build.memo.mirror import Mirror
 from morello_build.memo.remote import (
     RemoteConfig,
@@ -42,7 +43,7 @@ from morello_build.memo.store import (
     cache_root,
     scan_pages,
 )
-from morello_build.memo.value import UNSAT, MemoValue, Unsat
+from morello_build.memo.value import UNSAT, MemoValue, Value
 from morello_build.search.coords import limit_from_coord, locate, memory_coords, spec_at
 from morello_build.search.dp import gc_paused
 from morello_build.search.memo_protocol import (
@@ -55,6 +56,9 @@ from morello_build.search.memo_protocol import (
     find_box,
 )
 from morello_build.search.schema import schema_stamp
+
+#: A Spec's non-memory coordinates in its table (`coords.locate`).
+Point = tuple[int, ...]
 
 #: Points of one box checked by `verify_replays` (a box may span thousands of shapes; its
 #: first points and its far corner are checked).
@@ -221,45 +225,95 @@ class PersistentMemo(DictMemo):
         self._pending.append((spec, hi, result))
 
     def sync(self) -> None:
-        """Insert the buffered puts into the compressed table (`flush` calls this)."""
+        """Insert the buffered puts into the compressed table (`flush` calls this).
+
+        Each put covers one Spec, i.e. one point of its table, and a box of memory limits,
+        so they go in grouped by table and Spec, as short memory-coordinate boxes with one
+        id per distinct value (`MemoTable.put_points`). A value is built once, and found
+        again by integer keys (no hashing of Fractions or actions per put)."""
         pending, self._pending = self._pending, []
         if not pending:
             return
-        by_key: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], MemoValue | Unsat]]] = {}
+        # Per table key: id(spec) -> (its point, its boxes (lo, hi, value id)), the values,
+        # and global value id -> the key's id. A key's ids follow first use there, so each
+        # page lists its values in the order one-by-one puts gave them (same page files).
+        by_key: dict[
+            str, tuple[dict[int, tuple[Point, list[TupleBox]]], list[Value], dict[int, int]]
+        ]
+        by_key = {}
         coords: dict[Limits, tuple[int, ...]] = {}
-        values: dict[tuple[object, ...], MemoValue] = {}
+        values: list[Value] = []
+        # (numerator, denominator, peaks, depth, action, fingerprint) -> id; () for UNSAT.
+        vid_of_value: dict[tuple[int, ...], int] = {}
+        # (main, volume, peaks, depth, action index, id(action)) -> id, and id(action) ->
+        # fingerprint; `actions` keeps those actions alive, so their ids stay unique.
+        vid_of_answer: dict[tuple[int, ...], int] = {}
+        fingerprints: dict[int, int] = {}
+        actions: list[object] = []
+        zero_c = memory_coords(ZERO)
         for spec, hi, result in pending:
-            key, pt = self._locate(spec)
-            value: MemoValue | Unsat
             if result is None:
-                lo, value = ZERO, UNSAT
+                lo_c = zero_c
+                vid = vid_of_value.get(())
+                if vid is None:
+                    vid = vid_of_value[()] = len(values)
+                    values.append(UNSAT)
             else:
                 c = result.cost
-                lo = c.peaks
+                got = coords.get(c.peaks)
+                if got is None:
+                    got = coords[c.peaks] = memory_coords(c.peaks)
+                lo_c = got
                 action = actions_for(spec, self.target)[result.action][0]
-                vkey = (c.main, spec.volume, c.peaks, c.depth, result.action, action)
-                found = values.get(vkey)
+                vol = spec.volume
+                vkey = (c.main, vol, *c.peaks, c.depth, result.action, id(action))
+                found = vid_of_answer.get(vkey)
                 if found is None:
-                    found = values[vkey] = MemoValue(
-                        Fraction(c.main, spec.volume),
-                        tuple(c.peaks),
-                        c.depth,
-                        result.action,
-                        action_fingerprint(action),
-                    )
-                value = found
-            lo_c = coords.get(lo)
-            if lo_c is None:
-                lo_c = coords[lo] = memory_coords(lo)
+                    fp = fingerprints.get(id(action))
+                    if fp is None:
+                        fp = fingerprints[id(action)] = action_fingerprint(action)
+                        actions.append(action)
+                    g = math.gcd(c.main, vol)
+                    num, den = c.main // g, vol // g
+                    value_key = (num, den, *c.peaks, c.depth, result.action, fp)
+                    found = vid_of_value.get(value_key)
+                    if found is None:
+                        found = vid_of_value[value_key] = len(values)
+                        value = MemoValue.of_answer(
+                            num, den, tuple(c.peaks), c.depth, result.action, fp
+                        )
+                        values.append(value)
+                    vid_of_answer[vkey] = found
+                vid = found
             hi_c = coords.get(hi)
             if hi_c is None:
                 hi_c = coords[hi] = memory_coords(hi)
-            fills = by_key.get(key)
-            if fills is None:
-                fills = by_key[key] = []
-            fills.append((pt + lo_c, pt + hi_c, value))
-        for key, fills in by_key.items():
-            self.store.put_many(key, fills)
+            key, pt = self._locate(spec)
+            table = by_key.get(key)
+            if table is None:
+                table = by_key[key] = ({}, [], {})
+            specs, local_values, local_vid = table
+            lv = local_vid.get(vid)
+            if lv is None:
+                lv = local_vid[vid] = len(local_values)
+                local_values.append(values[vid])
+            entry = specs.get(id(spec))
+            if entry is None:
+                specs[id(spec)] = (pt, [(lo_c, hi_c, lv)])
+            else:
+                entry[1].append((lo_c, hi_c, lv))
+        del pending
+        for key in list(by_key):
+            specs, local_values, _ = by_key.pop(key)
+            points: dict[Point, list[TupleBox]] = {}
+            for pt, boxes in specs.values():
+                at = points.get(pt)
+                if at is None:
+                    points[pt] = boxes
+                else:  # two Specs at one point (not expected: `locate` is one-to-one)
+                    at.extend(boxes)
+            del specs
+            self.store.put_points(key, points, local_values)
 
     def flush(self) -> None:
         # Merging builds as many short-lived tuples as the search did (see `gc_paused`).

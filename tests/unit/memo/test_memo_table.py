@@ -281,3 +281,37 @@ def test_put_many_checks_boxes() -> None:
         t.put_many("k", [((1, 2), (0, 3), V_BASE)])
     with pytest.raises(ValueError):
         t.put_many("k", [((1, 2), (1, 3), V_BASE), ((1, 2, 0), (1, 3, 0), V_BASE)])
+
+
+def test_put_points_checks_boxes_before_changing_anything() -> None:
+    t = MemoTable(memory_dims=1)
+    for bad in (
+        {(1, -1): [((0,), (3,), 0)]},  # negative point coordinate
+        {(1, 2): [((4,), (3,), 0)]},  # lo > hi
+        {(1, 2): [((0, 0), (3, 3), 0)]},  # two memory coordinates for one memory dim
+        {(1, 2): [((0,), (3,), 0)], (1, 2, 0): [((0,), (3,), 0)]},  # points of two lengths
+    ):
+        with pytest.raises(ValueError):
+            t.put_points("k", bad, [V_BASE])
+    assert not [p for _, p in t.pages() if len(p)]
+    t.put_points("k", {(1, 2): [((0,), (3,), 0), ((2,), (5,), 1)]}, [V_BASE, V_CHEAP])
+    expected = apply_to_dict([((1, 2, 0), (1, 2, 3), V_BASE), ((1, 2, 2), (1, 2, 5), V_CHEAP)])
+    for p in [(1, 2, m) for m in range(8)]:
+        assert t.get("k", p) == expected.get(p), p
+
+
+def test_a_search_answer_value_equals_the_checked_constructors() -> None:
+    got = MemoValue.of_answer(1234, 8, (1, 2, 3, 4, 5), 3, 7, 123456)
+    want = MemoValue(Fraction(1234, 8), (1, 2, 3, 4, 5), 3, 7, 123456)
+    assert got == want and hash(got) == hash(want) and got.intensity == Fraction(617, 4)
+    for bad in (
+        (-1, 8, (1,), 3, 7, 0),
+        (1, 0, (1,), 3, 7, 0),
+        (1, 8, (-1,), 3, 7, 0),
+        (1, 8, (1 << 62,), 3, 7, 0),
+        (1, 8, (1,), 1 << 16, 7, 0),
+        (1, 8, (1,), 3, 1 << 24, 0),
+        (1, 8, (1,), 3, 7, 1 << 32),
+    ):
+        with pytest.raises(ValueError):
+            MemoValue.of_answer(*bad)

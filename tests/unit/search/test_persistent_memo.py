@@ -99,6 +99,64 @@ def test_buffered_puts_reach_the_table_with_the_dps_answers(cache_dir):
     assert checked > 100
 
 
+def test_sync_writes_the_pages_one_by_one_puts_would(cache_dir, tmp_path_factory):
+    """`sync` groups a search's answers by table and Spec and builds each value once;
+    the pages it leaves give every point the value that putting each answer into a table
+    one at a time (`MemoTable.put`, the reference) gives it."""
+    from fractions import Fraction
+
+    from morello_build.actions.base import action_fingerprint
+    from morello_build.actions.enumerate import actions_for
+    from morello_build.ir.limits import ZERO
+    from morello_build.ir.spec import Spec
+    from morello_build.ir.text import parse_spec
+    from morello_build.memo.table import MemoTable
+    from morello_build.memo.value import UNSAT, MemoValue
+    from morello_build.search.coords import locate, memory_coords
+    from morello_build.search.dp import Search
+
+    target = get_target("avx2")
+    memo = PersistentMemo(target)
+    ls = parse_spec("Matmul(1x12x10x16, f32:GL:row, f32:GL:col, f32:GL:row, serial)")
+    Search(target, memo).solve(Spec(ls, target.max_limits))
+    answers = list(memo._pending)
+    assert len(answers) > 1000
+    reference = MemoTable(memo.store.table.memory_dims, memo.store.table.block)
+    for spec, hi, result in answers:
+        key, pt = locate(spec)
+        if result is None:
+            lo, value = ZERO, UNSAT
+        else:
+            c = result.cost
+            action = actions_for(spec, target)[result.action][0]
+            lo = c.peaks
+            value = MemoValue(
+                Fraction(c.main, spec.volume),
+                c.peaks,
+                c.depth,
+                result.action,
+                action_fingerprint(action),
+            )
+        reference.put(key, pt + memory_coords(lo), pt + memory_coords(hi), value)
+    memo.sync()
+    table = memo.store.table
+    assert {pid for pid, page in table.pages() if len(page)} == {
+        pid for pid, page in reference.pages() if len(page)
+    }
+    # The same points covered per table (the bulk path may merge into fewer boxes).
+    assert {k: v.points for k, v in table.stats().items()} == {
+        k: v.points for k, v in reference.stats().items()
+    }
+    checked = 0
+    for (key, _), page in list(table.pages()) + list(reference.pages()):
+        for lo, hi, _value in page.boxes():
+            for corner in (lo, hi):
+                corner = tuple(int(c) for c in corner)
+                assert table.get(key, corner) == reference.get(key, corner), (key, corner)
+                checked += 1
+    assert checked > 1000
+
+
 def test_thread_counts_have_their_own_cache_tables():
     """A Spec that may run in parallel has parallel tilings in its action list only with
     several threads; the cache stores indices into that list, so each thread count gets its
