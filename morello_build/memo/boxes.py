@@ -150,9 +150,24 @@ class Page:
 
     def arrays(self) -> tuple[IntArray, IntArray, list[Value]]:
         """Copies of the corner arrays (n, d) and the per-box values (for serialization)."""
+        lo, hi, nums, values = self.numbered_arrays()
+        return lo, hi, [values[j] for j in nums]
+
+    def numbered_arrays(self) -> tuple[IntArray, IntArray, list[int], list[Value]]:
+        """For serialization: copies of the corner arrays (n, d), each box's value number,
+        and the values so numbered, in order of first use by the boxes. A page holds each
+        value once, so values are told apart by their ids here, never hashed."""
         n = self._n
-        values = [self._values[v] for v in self._vid[:n].tolist()]
-        return self._lo[:n].copy(), self._hi[:n].copy(), values
+        number: dict[int, int] = {}
+        used: list[Value] = []
+        nums: list[int] = []
+        for v in self._vid[:n].tolist():
+            j = number.get(v)
+            if j is None:
+                j = number[v] = len(used)
+                used.append(self._values[v])
+            nums.append(j)
+        return self._lo[:n].copy(), self._hi[:n].copy(), nums, used
 
     def points_covered(self) -> int:
         """Number of integer points covered (sum of box volumes), as an exact int."""

@@ -426,19 +426,12 @@ def encode_page(
     block: int,
 ) -> bytes:
     """Serialize one page (see the module docstring for the format)."""
-    lo, hi, values = page.arrays()
+    lo, hi, nums, values = page.numbered_arrays()
     n, d = lo.shape[0], page.d
     if len(page_point) != d - memory_dims:
         raise ValueError(f"page point {page_point} does not fit d={d}, memory_dims={memory_dims}")
-    vid_of: dict[Value, int] = {}
-    vids = np.empty(n, dtype="<u4")
-    enc: list[bytes] = []
-    for i, v in enumerate(values):
-        j = vid_of.get(v)
-        if j is None:
-            j = vid_of[v] = len(vid_of)
-            enc.append(_encode_value(v, memory_dims))
-        vids[i] = j
+    vids = np.array(nums, dtype="<u4")
+    enc = [_encode_value(v, memory_dims) for v in values]
     header = b"".join(
         [
             _pack_str(schema),
@@ -446,7 +439,7 @@ def encode_page(
             _pack_str(key),
             struct.pack("<HHH", d, memory_dims, block),
             struct.pack(f"<{len(page_point)}q", *page_point),
-            struct.pack("<II", len(vid_of), n),
+            struct.pack("<II", len(values), n),
         ]
     )
     payload = b"".join(
