@@ -154,7 +154,8 @@ class MemoTable:
         known = self._dims.get(key)
         if known is not None and known != d:
             raise ValueError(f"table {key!r} has {known}-d points, got a {d}-d prefix")
-        pp = self.page_point(prefix + (0,) * self.memory_dims)
+        b = self.block
+        pp = tuple([c // b for c in prefix])  # `page_point` of the prefix's points
         page = self._pages.get((key, pp))
         if page is None:
             if self._loader is None:
