@@ -750,19 +750,15 @@ class CacheStore:
 
     def put(self, key: str, lo: Coords, hi: Coords, value: Value) -> None:
         """See ``MemoTable.put``; the value must have one peak per memory level."""
-        if isinstance(value, MemoValue) and len(value.peaks) != self.memory_dims:
-            raise ValueError(f"{value!r} has {len(value.peaks)} peaks, want {self.memory_dims}")
+        self._check_peaks(value)
         self.table.put(key, lo, hi, value)
 
     def put_many(self, key: str, fills: Iterable[tuple[Coords, Coords, Value]]) -> None:
         """See ``MemoTable.put_many``; each value must have one peak per memory level."""
-        md = self.memory_dims
 
         def checked() -> Iterator[tuple[Coords, Coords, Value]]:
             for fill in fills:
-                v = fill[2]
-                if isinstance(v, MemoValue) and len(v.peaks) != md:
-                    raise ValueError(f"{v!r} has {len(v.peaks)} peaks, want {md}")
+                self._check_peaks(fill[2])
                 yield fill
 
         self.table.put_many(key, checked())
@@ -774,11 +770,13 @@ class CacheStore:
         values: Sequence[Value],
     ) -> None:
         """See ``MemoTable.put_points``; each value must have one peak per memory level."""
-        md = self.memory_dims
         for v in values:
-            if isinstance(v, MemoValue) and len(v.peaks) != md:
-                raise ValueError(f"{v!r} has {len(v.peaks)} peaks, want {md}")
+            self._check_peaks(v)
         self.table.put_points(key, points, values)
+
+    def _check_peaks(self, value: Value) -> None:
+        if isinstance(value, MemoValue) and len(value.peaks) != self.memory_dims:
+            raise ValueError(f"{value!r} has {len(value.peaks)} peaks, want {self.memory_dims}")
 
     def page_path(self, key: str, page_point: tuple[int, ...]) -> Path | None:
         """The file that holds one page (None when caching is off)."""
