@@ -31,6 +31,7 @@ from morello_build.integration.remote_args import add_remote_args, apply_remote_
 from morello_build.names import check_kernel_name
 from morello_build.native import describe
 from morello_build.search.cache_report import ACTIONS
+from morello_build.search.dp import progress_text
 
 SPEC_HELP = (
     "the Spec: the text form, e.g. 'Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row)', "
@@ -173,8 +174,8 @@ def _progress(quiet: bool):  # type: ignore[no-untyped-def]
     if quiet:
         return None
 
-    def report(solved: int, seconds: float) -> None:
-        print(f"  ... {solved} Specs solved, {seconds:.0f} s", file=sys.stderr, flush=True)
+    def report(solved: int, seconds: float, listed: int) -> None:
+        print(f"  ... {progress_text(solved, seconds, listed)}", file=sys.stderr, flush=True)
 
     return report
 

@@ -211,7 +211,7 @@ def _verify_summary(results: Sequence[tuple[str, VerifyResult | None]]) -> str:
 
 
 #: Called during a long synthesis: (isa, Specs solved so far, seconds so far).
-ProgressFn = Callable[[str, int, float], None]
+ProgressFn = Callable[[str, int, float, int], None]  # isa, then `search.dp.Progress`
 
 
 def produce(
@@ -363,10 +363,10 @@ def _progress_kwargs(fn: Callable[..., Any], progress: Any) -> dict[str, Any]:
     return {"progress": progress} if takes else {}
 
 
-def _bind_isa(progress: ProgressFn | None, isa: str) -> Callable[[int, float], None] | None:
+def _bind_isa(progress: ProgressFn | None, isa: str) -> Callable[[int, float, int], None] | None:
     if progress is None:
         return None
-    return lambda solved, seconds: progress(isa, solved, seconds)
+    return lambda solved, seconds, listed: progress(isa, solved, seconds, listed)
 
 
 def combined_header(names: Sequence[str]) -> str:

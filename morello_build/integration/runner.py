@@ -4,7 +4,8 @@ Both `morello generate` and the CMake build step (`python -m morello_build.integ
 run their kernels here. What the build log shows:
 
     morello: kernel mm256 (avx2, tune zen3)                        when a kernel starts
-      mm256: 61234 Specs solved, 10 s                              every few seconds of a search
+      mm256: listing programs: 20480 Specs, 4 s                   every few seconds of a search
+      mm256: 61234 Specs solved, 10 s                              (Specs listed, then solved)
     mm256: synthesized 213241 specs in 62.9 s (avx2, tune zen3); verified avx2 (...)
     morello: 4 kernels in 70.1 s: 3 synthesized, 1 from the cache  when all are done
 
@@ -37,6 +38,7 @@ from morello_build.integration.generate import (
     produce,
     source_files,
 )
+from morello_build.search.dp import progress_text
 
 #: Seconds between two progress lines of one synthesis (the search reports every 2 s).
 PROGRESS_EVERY = 5.0
@@ -65,13 +67,13 @@ class Reporter:
         self._multi[req.name] = len(req.isas) > 1
         self._print(f"morello: kernel {req.name} ({req.describe()})", self._log)
 
-    def progress(self, name: str, isa: str, solved: int, seconds: float) -> None:
+    def progress(self, name: str, isa: str, solved: int, seconds: float, listed: int) -> None:
         key = (name, isa)
         if seconds < self._next.get(key, self.every):
             return
         self._next[key] = seconds + self.every
         which = f" [{isa}]" if self._multi.get(name) else ""
-        self._print(f"  {name}{which}: {solved} Specs solved, {seconds:.0f} s", self._log)
+        self._print(f"  {name}{which}: {progress_text(solved, seconds, listed)}", self._log)
 
     def done(self, out: KernelOutput) -> None:
         self._print(out.summary, self._results if self._results is not None else sys.stdout)
@@ -131,9 +133,9 @@ def run_kernels(
     return outputs
 
 
-def _named(rep: Reporter, name: str) -> Callable[[str, int, float], None]:
-    def progress(isa: str, solved: int, seconds: float) -> None:
-        rep.progress(name, isa, solved, seconds)
+def _named(rep: Reporter, name: str) -> Callable[[str, int, float, int], None]:
+    def progress(isa: str, solved: int, seconds: float, listed: int) -> None:
+        rep.progress(name, isa, solved, seconds, listed)
 
     return progress
 
@@ -145,8 +147,8 @@ def _child(
     compiler: str | None,
     q: Any,
 ) -> None:
-    def progress(isa: str, solved: int, seconds: float) -> None:
-        q.put(("progress", req.name, (isa, solved, seconds)))
+    def progress(isa: str, solved: int, seconds: float, listed: int) -> None:
+        q.put(("progress", req.name, (isa, solved, seconds, listed)))
 
     try:
         out = produce(req, verify=verify, use_cache=use_cache, compiler=compiler, progress=progress)

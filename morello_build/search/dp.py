@@ -36,7 +36,18 @@ from morello_build.machine.target import Target
 from morello_build.search.memo_protocol import DictMemo, Hit, Memo, Result, Solution
 from morello_build.search.needs import least_limits, limits_fit
 
-Progress = Callable[[int, float], None]
+#: Called every few seconds of a search with (Specs solved, seconds, Specs listed): the
+#: search first lists the programs of every Spec below the goal (`needs.least_limits`),
+#: then solves them.
+Progress = Callable[[int, float, int], None]
+
+
+def progress_text(solved: int, seconds: float, listed: int) -> str:
+    """One progress line's text (the CLI and the build integration print it)."""
+    if solved == 0 and listed:
+        return f"listing programs: {listed} Specs, {seconds:.0f} s"
+    return f"{solved} Specs solved, {seconds:.0f} s"
+
 
 # `_solve_steps` is written out per level for this order: two register levels, then three
 # memory levels.
@@ -48,6 +59,7 @@ class SearchStats:
     solved: int = 0  # Specs solved by the DP in this run (memo misses)
     hits: int = 0  # memo lookups answered
     ruled_out: int = 0  # misses answered "nothing fits" by `needs` without a solve
+    listed: int = 0  # Specs whose programs the walk of `needs.least_limits` listed
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -96,7 +108,7 @@ class Search:
         `limits` are below what every program for `ls` needs on some level, else None."""
         if not self.use_needs:
             return None
-        need = least_limits(ls, self.target)
+        need = least_limits(ls, self.target, self._on_listed if self._progress else None)
         lvl = limits_fit(need, limits)
         if lvl < 0:
             return None
@@ -268,11 +280,20 @@ class Search:
         self.memo.put(ls, hi, best)
         stats.solved += 1
         if self._progress is not None:
-            now = time.perf_counter()
-            if now >= self._next_report:
-                self._next_report = now + self._progress_every
-                self._progress(stats.solved, stats.seconds)
+            self._report()
         return Hit(best, hi)
+
+    def _on_listed(self, listed: int) -> None:
+        self.stats.listed = listed
+        self._report()
+
+    def _report(self) -> None:
+        """Call the progress listener if its interval has passed."""
+        now = time.perf_counter()
+        if self._progress is not None and now >= self._next_report:
+            self._next_report = now + self._progress_every
+            stats = self.stats
+            self._progress(stats.solved, stats.seconds, stats.listed)
 
     # -- reconstruction ------------------------------------------------------------------
 

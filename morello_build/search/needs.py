@@ -30,6 +30,8 @@ ends after a few rounds. Measurements: docs/internals.md, "Search speed".
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from morello_build.actions.base import Plan
 from morello_build.actions.enumerate import actions_for
 from morello_build.ir.limits import ZERO, Limits, next_pow2
@@ -49,13 +51,23 @@ _TABLES: dict[Target, dict[int, tuple[LogicalSpec, Limits]]] = {}
 _VALUES: dict[Limits, Limits] = {}
 
 
-def least_limits(spec: LogicalSpec, target: Target) -> Limits:
+#: Specs listed between two calls of a `least_limits` listener.
+LISTED_EVERY = 512
+
+
+def least_limits(
+    spec: LogicalSpec, target: Target, listed: Callable[[int], None] | None = None
+) -> Limits:
     """Per level, the least budget at which some program for `spec` fits (UNBOUNDED on a
-    level no program fits at the target's largest limits). `spec` must be interned."""
+    level no program fits at the target's largest limits). `spec` must be interned.
+
+    The first call for a root lists the programs of every Spec below it, most of a cold
+    search's time: `listed` (if given) hears how many Specs that walk has listed so far,
+    every `LISTED_EVERY` of them (for progress output)."""
     table = _TABLES.setdefault(target, {})
     found = table.get(id(spec))
     if found is None:
-        _fill(spec, target, table)
+        _fill(spec, target, table, listed)
         found = table[id(spec)]
     return found[1]
 
@@ -147,7 +159,12 @@ def _plus(own: int, child: int) -> int:
     return UNBOUNDED if child >= UNBOUNDED else own + child
 
 
-def _fill(root: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec, Limits]]) -> None:
+def _fill(
+    root: LogicalSpec,
+    target: Target,
+    table: dict[int, tuple[LogicalSpec, Limits]],
+    listed: Callable[[int], None] | None,
+) -> None:
     """Compute the need of `root` and of every Spec below it not yet in `table`: Tarjan's
     strongly connected components on an explicit stack (the graph is deep), each component
     valued as soon as it closes, when everything below it is final."""
@@ -167,6 +184,8 @@ def _fill(root: LogicalSpec, target: Target, table: dict[int, tuple[LogicalSpec,
         on_stack.add(k)
         component_stack.append(spec)
         plans = plans_of[k] = _fitting_plans(spec, target)
+        if listed is not None and len(index) % LISTED_EVERY == 0:
+            listed(len(index))
         frames.append((spec, [child for plan in plans for child in plan.children], [0]))
 
     open_frame(root)

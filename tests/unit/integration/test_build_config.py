@@ -1058,7 +1058,8 @@ target = "x86-64"
 
 @pytest.fixture
 def slow_api(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
-    """The real synthesizer, reporting a fake 12-second search (every 2 s, as the DP does);
+    """The real synthesizer, reporting a fake 12-second search (every 2 s, as the DP does:
+    Specs listed, then solved);
     records the keyword arguments of each call."""
     from morello_build import api
 
@@ -1069,8 +1070,8 @@ def slow_api(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
         progress = kw.pop("progress", None)
         calls.append(dict(kw))
         if callable(progress):
-            for t in range(2, 13, 2):
-                progress(1000 * t, float(t))
+            for t in range(2, 13, 2):  # Specs listed for 6 s, then solved
+                progress(0 if t <= 6 else 1000 * t, float(t), min(5000 * t, 30000))
         return real(spec, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(api, "synthesize_kernel", synthesize_kernel)
@@ -1091,7 +1092,10 @@ def test_generate_prints_progress_as_it_goes(
     lines = err.splitlines()
     assert lines[0].startswith("morello: kernel ka (")
     # Reported at 2, 4, ... 12 s; printed every 5 s or more.
-    assert lines[1:] == ["  ka: 6000 Specs solved, 6 s", "  ka: 12000 Specs solved, 12 s"]
+    assert lines[1:] == [
+        "  ka: listing programs: 30000 Specs, 6 s",
+        "  ka: 12000 Specs solved, 12 s",
+    ]
     assert out.startswith("ka: ") and out.count("\n") == 1
 
 

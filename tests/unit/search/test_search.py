@@ -241,3 +241,31 @@ def test_rows_in_main_memory_may_straddle_a_line() -> None:
     assert t.move_cost(in_l1) == 2 * hit_l1 * 256
     # Per column, a wider strip now costs less to bring in: why B panels grow.
     assert t.run_lines_cost(wide) / 64 < t.run_lines_cost(strip) / 16
+
+
+def test_progress_reports_the_listing_then_the_solving() -> None:
+    """A cold search first lists the programs of every Spec below the goal, then solves
+    them; progress reports both, so a long search is never silent."""
+    from morello_build.search.dp import progress_text
+    from morello_build.search.memo_protocol import DictMemo
+    from morello_build.search.session import search_session
+
+    calls: list[tuple[int, float, int]] = []
+    target = get_target("avx2")
+    spec = parse_spec("Matmul(1x24x24x24, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    with search_session():
+        search = Search(
+            target,
+            DictMemo(),
+            progress=lambda s, t, n: calls.append((s, t, n)),
+            progress_every=0.0,
+        )
+        search.solve(Spec(spec, target.max_limits))
+    listing = [c for c in calls if c[0] == 0]
+    assert len(listing) >= 2 and all(n > 0 for _, _, n in listing)
+    assert [n for _, _, n in listing] == sorted(n for _, _, n in listing)
+    assert calls[: len(listing)] == listing  # listing comes first
+    assert calls[-1][0] == search.stats.solved > 0
+    assert search.stats.listed == listing[-1][2]
+    assert progress_text(0, 4.2, 20480) == "listing programs: 20480 Specs, 4 s"
+    assert progress_text(61234, 10.0, 20480) == "61234 Specs solved, 10 s"
