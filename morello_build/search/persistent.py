@@ -242,49 +242,18 @@ class PersistentMemo(DictMemo):
         ]
         by_key = {}
         coords: dict[Limits, tuple[int, ...]] = {}
-        values: list[Value] = []
-        # (numerator, denominator, peaks, depth, action, fingerprint) -> id; () for UNSAT.
-        vid_of_value: dict[tuple[int, ...], int] = {}
-        # (main, volume, peaks, depth, action index, id(action)) -> id, and id(action) ->
-        # fingerprint; `actions` keeps those actions alive, so their ids stay unique.
-        vid_of_answer: dict[tuple[int, ...], int] = {}
-        fingerprints: dict[int, int] = {}
-        actions: list[object] = []
+        values = _AnswerValues(self.target)
         zero_c = memory_coords(ZERO)
         for spec, hi, result in pending:
+            vid = values.id_of(spec, result)
             if result is None:
                 lo_c = zero_c
-                vid = vid_of_value.get(())
-                if vid is None:
-                    vid = vid_of_value[()] = len(values)
-                    values.append(UNSAT)
             else:
-                c = result.cost
-                got = coords.get(c.peaks)
+                peaks = result.cost.peaks
+                got = coords.get(peaks)
                 if got is None:
-                    got = coords[c.peaks] = memory_coords(c.peaks)
+                    got = coords[peaks] = memory_coords(peaks)
                 lo_c = got
-                action = actions_for(spec, self.target)[result.action][0]
-                vol = spec.volume
-                vkey = (c.main, vol, *c.peaks, c.depth, result.action, id(action))
-                found = vid_of_answer.get(vkey)
-                if found is None:
-                    fp = fingerprints.get(id(action))
-                    if fp is None:
-                        fp = fingerprints[id(action)] = action_fingerprint(action)
-                        actions.append(action)
-                    g = math.gcd(c.main, vol)
-                    num, den = c.main // g, vol // g
-                    value_key = (num, den, *c.peaks, c.depth, result.action, fp)
-                    found = vid_of_value.get(value_key)
-                    if found is None:
-                        found = vid_of_value[value_key] = len(values)
-                        value = MemoValue.of_answer(
-                            num, den, tuple(c.peaks), c.depth, result.action, fp
-                        )
-                        values.append(value)
-                    vid_of_answer[vkey] = found
-                vid = found
             hi_c = coords.get(hi)
             if hi_c is None:
                 hi_c = coords[hi] = memory_coords(hi)
@@ -296,7 +265,7 @@ class PersistentMemo(DictMemo):
             lv = local_vid.get(vid)
             if lv is None:
                 lv = local_vid[vid] = len(local_values)
-                local_values.append(values[vid])
+                local_values.append(values.values[vid])
             entry = specs.get(id(spec))
             if entry is None:
                 specs[id(spec)] = (pt, [(lo_c, hi_c, lv)])
@@ -339,6 +308,54 @@ class PersistentMemo(DictMemo):
     @property
     def enabled(self) -> bool:
         return self.store.enabled
+
+
+class _AnswerValues:
+    """The memo values of a search's answers, each built once and numbered: most answers
+    repeat one seen before (the same Spec at other limits, or the same action and cost
+    per volume), which integer keys find without hashing `Fraction`s or actions."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.values: list[Value] = []
+        # (numerator, denominator, peaks, depth, action, fingerprint) -> id; () is UNSAT.
+        self._by_value: dict[tuple[int, ...], int] = {}
+        # (main, volume, peaks, depth, action index, id(action)) -> id, and id(action) ->
+        # fingerprint; `_actions` keeps those actions alive, so their ids stay unique.
+        self._by_answer: dict[tuple[int, ...], int] = {}
+        self._fingerprints: dict[int, int] = {}
+        self._actions: list[object] = []
+
+    def id_of(self, spec: LogicalSpec, result: Result) -> int:
+        """The number of the value that stores `result` for `spec`."""
+        if result is None:
+            return self._number((), UNSAT)
+        c = result.cost
+        action = actions_for(spec, self.target)[result.action][0]
+        vol = spec.volume
+        answer = (c.main, vol, *c.peaks, c.depth, result.action, id(action))
+        found = self._by_answer.get(answer)
+        if found is None:
+            fp = self._fingerprints.get(id(action))
+            if fp is None:
+                fp = self._fingerprints[id(action)] = action_fingerprint(action)
+                self._actions.append(action)
+            g = math.gcd(c.main, vol)
+            num, den = c.main // g, vol // g
+            key = (num, den, *c.peaks, c.depth, result.action, fp)
+            found = self._by_value.get(key)
+            if found is None:
+                value = MemoValue.of_answer(num, den, tuple(c.peaks), c.depth, result.action, fp)
+                found = self._number(key, value)
+            self._by_answer[answer] = found
+        return found
+
+    def _number(self, key: tuple[int, ...], value: Value) -> int:
+        found = self._by_value.get(key)
+        if found is None:
+            found = self._by_value[key] = len(self.values)
+            self.values.append(value)
+        return found
 
 
 #: (remote, schema, target, local root) already pulled by this process.
