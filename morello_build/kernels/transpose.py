@@ -161,6 +161,7 @@ def _use_helper(ctx: Ctx, dtype: Dtype, lanes: int) -> None:
     key = f"tr_{dtype.value}_{lanes}_{ctx.index_type}"
     HELPERS.setdefault(key, _helper_source(dtype, lanes, ctx.index_type))
     ctx.use_helper(key)
+    ctx.includes.add("immintrin.h")
 
 
 def _aligned(view: View, axis: int, step: int) -> bool:
@@ -232,7 +233,6 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     (s0, ss), (d0, ds) = s_runs, d_runs
     dtype = spec.operands[0].dtype
     _use_helper(ctx, dtype, lanes)
-    ctx.includes.add("immintrin.h")
     ctx.line(f"{helper_name(dtype, lanes)}(&{s0.ref()}, {ss}, &{d0.ref()}, {ds});")
 
 
@@ -328,7 +328,6 @@ def _pairs_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     s0, ss = s_runs
     d0 = ctx.amap.loc(dst, at(0, 0))
     _use_helper(ctx, F32, lanes)
-    ctx.includes.add("immintrin.h")
     fn = helper_name(F32, lanes)
     ctx.line(
         f"{fn}((const float *)&{s0.ref()}, {ss // 2}, (float *)&{d0.ref()}, {ds // 2});"

@@ -753,16 +753,6 @@ class CacheStore:
         self._check_peaks(value)
         self.table.put(key, lo, hi, value)
 
-    def put_many(self, key: str, fills: Iterable[tuple[Coords, Coords, Value]]) -> None:
-        """See ``MemoTable.put_many``; each value must have one peak per memory level."""
-
-        def checked() -> Iterator[tuple[Coords, Coords, Value]]:
-            for fill in fills:
-                self._check_peaks(fill[2])
-                yield fill
-
-        self.table.put_many(key, checked())
-
     def put_points(
         self,
         key: str,

@@ -116,7 +116,7 @@ class PersistentMemo(DictMemo):
     The first lookup (or put) of a Spec copies everything the table knows about it into
     the in-memory boxes; later lookups never touch the table. Puts are answered by the
     in-memory boxes at once and buffered; `sync` (run by `flush`) inserts them into the
-    compressed table in bulk (`MemoTable.put_many`), which is several times cheaper than
+    compressed table in bulk (`MemoTable.put_points`), which is several times cheaper than
     merging them into the pages one by one while the DP runs.
     """
 
@@ -234,38 +234,25 @@ class PersistentMemo(DictMemo):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        # Per table key: id(spec) -> (its point, its boxes (lo, hi, value id)), the values,
-        # and global value id -> the key's id. A key's ids follow first use there, so each
-        # page lists its values in the order one-by-one puts gave them (same page files).
-        by_key: dict[
-            str, tuple[dict[int, tuple[Point, list[TupleBox]]], list[Value], dict[int, int]]
-        ]
-        by_key = {}
-        coords: dict[Limits, tuple[int, ...]] = {}
+        # Per table key: id(spec) -> (its point, its boxes (lo, hi, value id)), and global
+        # value id -> the key's own id. A key's ids follow first use there, so each page
+        # lists its values in the order one-by-one puts gave them (same page files).
+        by_key: dict[str, tuple[dict[int, tuple[Point, list[TupleBox]]], dict[int, int]]] = {}
+        coords: dict[Limits, tuple[int, ...]] = {}  # limits -> memory coordinates (never ())
         values = _AnswerValues(self.target)
-        zero_c = memory_coords(ZERO)
         for spec, hi, result in pending:
             vid = values.id_of(spec, result)
-            if result is None:
-                lo_c = zero_c
-            else:
-                peaks = result.cost.peaks
-                got = coords.get(peaks)
-                if got is None:
-                    got = coords[peaks] = memory_coords(peaks)
-                lo_c = got
-            hi_c = coords.get(hi)
-            if hi_c is None:
-                hi_c = coords[hi] = memory_coords(hi)
+            lo = ZERO if result is None else result.cost.peaks
+            lo_c = coords.get(lo) or coords.setdefault(lo, memory_coords(lo))
+            hi_c = coords.get(hi) or coords.setdefault(hi, memory_coords(hi))
             key, pt = self._locate(spec)
             table = by_key.get(key)
             if table is None:
-                table = by_key[key] = ({}, [], {})
-            specs, local_values, local_vid = table
+                table = by_key[key] = ({}, {})
+            specs, local_vid = table
             lv = local_vid.get(vid)
             if lv is None:
-                lv = local_vid[vid] = len(local_values)
-                local_values.append(values.values[vid])
+                lv = local_vid[vid] = len(local_vid)
             entry = specs.get(id(spec))
             if entry is None:
                 specs[id(spec)] = (pt, [(lo_c, hi_c, lv)])
@@ -273,7 +260,7 @@ class PersistentMemo(DictMemo):
                 entry[1].append((lo_c, hi_c, lv))
         del pending
         for key in list(by_key):
-            specs, local_values, _ = by_key.pop(key)
+            specs, local_vid = by_key.pop(key)
             points: dict[Point, list[TupleBox]] = {}
             for pt, boxes in specs.values():
                 at = points.get(pt)
@@ -282,7 +269,7 @@ class PersistentMemo(DictMemo):
                 else:  # two Specs at one point (not expected: `locate` is one-to-one)
                     at.extend(boxes)
             del specs
-            self.store.put_points(key, points, local_values)
+            self.store.put_points(key, points, [values.values[g] for g in local_vid])
 
     def flush(self) -> None:
         # Merging builds as many short-lived tuples as the search did (see `gc_paused`).
