@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from morello_build.actions.base import Plan
 from morello_build.impl.nodes import Block, Impl
 from morello_build.ir.limits import ZERO as NO_MEMORY
-from morello_build.ir.spec import MATMUL, ZERO, LogicalSpec
+from morello_build.ir.spec import MATMUL, ZERO, LogicalSpec, canonical
 
 
 @dataclass(frozen=True)
@@ -16,8 +16,8 @@ class ToAccum:
         if spec.kind != MATMUL or spec.accum:
             return None
         out = spec.operands[-1]
-        zero = LogicalSpec(ZERO, False, out.shape, (out,), spec.serial)
-        acc = spec._replace(accum=True)
+        zero = canonical(ZERO, False, out.shape, (out,), spec.serial)
+        acc = canonical(spec.kind, True, spec.shape, spec.operands, spec.serial)
         return Plan((zero, acc), (1, 1), 0, NO_MEMORY)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:

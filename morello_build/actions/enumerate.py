@@ -82,6 +82,7 @@ from morello_build.ir.spec import (
     dim_maps,
     intern,
     last_cols_whole,
+    new_tuple,
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
@@ -116,7 +117,8 @@ def plans_cache(target: Target) -> dict[int, tuple[LogicalSpec, ActionPlans]]:
 def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
     """Applicable (action, plan) pairs, in the stable enumeration order.
 
-    Plan children are interned, so the search can key its tables by identity.
+    Plan children are interned (the rewrites build them with `ir.spec.canonical`), so the
+    search can key its tables by identity.
     """
     cache = plans_cache(target)
     found = cache.get(id(spec))
@@ -130,8 +132,7 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
         for a in enumerate_actions(spec, target):
             p = a.plan(spec, target)
             if p is not None:
-                children = tuple(map(intern, p.children))
-                plan = Plan(children, _shared(p.coefs), p.const, _shared(p.own))
+                plan = new_tuple(Plan, (p.children, _shared(p.coefs), p.const, _shared(p.own)))
                 out.append((a, plan))  # one object per action already (`_operand_moves`)
         found = (spec, tuple(out))
         cache[id(spec)] = found

@@ -18,8 +18,14 @@ from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT, Limits
-from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical
-from morello_build.ir.tensorspec import TensorSpec, fits_l1_sets, level_holds, make_tensor
+from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical, new_tuple
+from morello_build.ir.tensorspec import (
+    TensorSpec,
+    fits_l1_sets,
+    intern_tensor,
+    level_holds,
+    make_tensor,
+)
 from morello_build.machine.target import Target
 
 
@@ -50,7 +56,8 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
 
 @functools.lru_cache(maxsize=1 << 16)
 def moved_tensor(move: Move, src: TensorSpec) -> tuple[TensorSpec, bool] | None:
-    """The tensor `move` puts operand `src` in, and whether it is a cache view (no copy).
+    """The tensor `move` puts operand `src` in (interned), and whether it is a cache view
+    (no copy).
 
     Cached (cleared with the search's tables, `actions.enumerate.clear_cache`): it depends
     on the operand alone, and one operand recurs across thousands of Specs."""
@@ -64,21 +71,37 @@ def moved_tensor(move: Move, src: TensorSpec) -> tuple[TensorSpec, bool] | None:
             return None
         if move.level is Level.L1 and not fits_l1_sets(src):
             return None  # its rows would evict each other: a copy must pack them first
-        return src._replace(level=move.level), True
+        return intern_tensor(src._replace(level=move.level)), True
     t = make_tensor(
         src.shape, move.dtype, move.level, move.layout.with_full_contig(), move.vector_size
     )
     if t is None:
         return None
-    return t, False
+    return intern_tensor(t), False
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _charges(
-    move: Move, src: TensorSpec, target: Target
-) -> tuple[TensorSpec, bool, Limits, int] | None:
+Charges = tuple[TensorSpec, bool, Limits, int]
+
+# (ids of a move, an operand, a target) -> (them, their charges). Keyed by identity as
+# `tensorspec.tile_tensor` is (moves are one object per action, operands interned
+# tensors): a Move's generated hash is interpreted Python and an operand's walks its
+# layout. Each entry holds its three objects, so their ids are not reused while it lives.
+_CHARGES: dict[tuple[int, int, int], tuple[Move, TensorSpec, Target, Charges | None]] = {}
+
+
+def _charges(move: Move, src: TensorSpec, target: Target) -> Charges | None:
     """(new tensor, is a view, memory it takes, the move's own cost): what a plan of
     `move` needs of operand `src`, None when the move does not apply or changes nothing."""
+    key = (id(move), id(src), id(target))
+    hit = _CHARGES.get(key)
+    if hit is not None and hit[0] is move and hit[1] is src and hit[2] is target:
+        return hit[3]
+    found = _compute_charges(move, src, target)
+    _CHARGES[key] = (move, src, target, found)
+    return found
+
+
+def _compute_charges(move: Move, src: TensorSpec, target: Target) -> Charges | None:
     found = moved_tensor(move, src)
     if found is None or found[0] == src:
         return None
@@ -120,7 +143,7 @@ class Move:
             children.append(canonical(MOVE, False, src.shape, (new, src), spec.serial))
         if spec in children:
             return None  # would not make progress
-        return Plan(tuple(children), (1,) * len(children), const, own)
+        return new_tuple(Plan, (tuple(children), (1,) * len(children), const, own))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
         found = self.new_tensor(spec)
@@ -144,8 +167,8 @@ class Move:
 def clear_caches() -> None:
     """Forget the cached move targets (they key on Specs' operands)."""
     moved_tensor.cache_clear()
-    _charges.cache_clear()
+    _CHARGES.clear()
 
 
 def cache_entries() -> int:
-    return moved_tensor.cache_info().currsize + _charges.cache_info().currsize
+    return moved_tensor.cache_info().currsize + len(_CHARGES)

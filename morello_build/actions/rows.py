@@ -152,7 +152,7 @@ class RowsToAccum:
             canonical(kind, False, spec.operands[i].shape, (spec.operands[i],), spec.serial)
             for i, kind in _INITIAL[spec.kind]
         )
-        acc = spec._replace(accum=True)
+        acc = canonical(spec.kind, True, spec.shape, spec.operands, spec.serial)
         return Plan((*fills, acc), (1,) * (len(fills) + 1), 0, NO_MEMORY)
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:

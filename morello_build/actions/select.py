@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
 from morello_build.impl.nodes import Impl, Kernel
-from morello_build.ir.spec import LogicalSpec
+from morello_build.ir.spec import LogicalSpec, new_tuple
+from morello_build.kernels.base import Kernel as KernelRecord
 from morello_build.kernels.registry import KERNELS_BY_NAME
 from morello_build.machine.target import Target
 
@@ -17,12 +18,23 @@ class Select:
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
         k = KERNELS_BY_NAME[self.kernel]
-        if not k.takes(spec, target):
+        if not takes(k, spec, target):
             return None
-        return Plan((), (), k.cost(spec, target), k.memory(spec, target))
+        return new_tuple(Plan, ((), (), k.cost(spec, target), k.memory(spec, target)))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
         return Kernel(spec, self.kernel, (), self.describe())
 
     def describe(self) -> str:
         return f"select({self.kernel})"
+
+
+def takes(kernel: KernelRecord, spec: LogicalSpec, target: Target) -> bool:
+    """Whether `kernel` may implement `spec`: its kind, dtypes and `applies`. Here, in the
+    compiled core, rather than on the kernel record: it runs for every kernel of every Spec
+    the search lists, and the kernels' modules are interpreted Python."""
+    if kernel.kind != spec.kind:
+        return False
+    if kernel.dtypes is not None and kernel.dtypes != tuple([o.dtype for o in spec.operands]):
+        return False
+    return kernel.applies(spec, target)

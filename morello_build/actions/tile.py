@@ -17,7 +17,7 @@ from morello_build.impl.nodes import Impl, Loop
 from morello_build.ir import layout as lay
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import ZERO
-from morello_build.ir.spec import MATMUL, LogicalSpec, canonical, operand_shapes
+from morello_build.ir.spec import MATMUL, LogicalSpec, canonical, new_tuple, operand_shapes
 from morello_build.ir.tensorspec import TensorSpec, tile_tensor
 from morello_build.machine.target import Target
 
@@ -102,7 +102,8 @@ def loop_plan(
     if parallel:
         iters = -(-iters // target.processors)
     coefs = (iters,) + (1,) * (len(children) - 1)
-    return Plan(tuple(children), coefs, loop_const(spec, body, iters, parallel, target), ZERO)
+    const = loop_const(spec, body, iters, parallel, target)
+    return new_tuple(Plan, (tuple(children), coefs, const, ZERO))
 
 
 def loop_const(

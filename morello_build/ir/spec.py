@@ -38,7 +38,12 @@ from typing import NamedTuple
 
 from morello_build.ir import layout as lay
 from morello_build.ir.limits import Limits
-from morello_build.ir.tensorspec import TensorSpec
+from morello_build.ir.tensorspec import TensorSpec, intern_tensor
+
+#: Builds a NamedTuple without calling its generated `__new__`, which is interpreted Python
+#: even in the compiled core; used where the search builds Specs and plans by the hundred
+#: thousand (docs/internals.md, "Search speed").
+new_tuple = tuple.__new__
 
 MATMUL = "matmul"
 MOVE = "move"
@@ -405,22 +410,64 @@ class Spec(NamedTuple):
 
 _INTERNED: dict[LogicalSpec, LogicalSpec] = {}
 
+# The same Specs, found by their fields and the identities of their operands. The cached
+# tensor constructors return interned tensors (`tensorspec.intern_tensor`), so equal Specs
+# built by the search have the same operand objects, and a key of their ids hashes a few
+# integers where a Spec's own hash walks every nested shape and layout (docs/internals.md,
+# "Search speed"). Each entry holds the operands its key names, and a hit is checked by
+# identity, so an id reused after its tensor was freed never matches.
+_BY_OPERAND_IDS: dict[tuple[object, ...], tuple[tuple[TensorSpec, ...], LogicalSpec]] = {}
+
+
+def _operand_key(
+    kind: str, accum: bool, shape: tuple[int, ...], operands: tuple[TensorSpec, ...], serial: bool
+) -> tuple[object, ...]:
+    if len(operands) == 3:
+        a, b, c = operands
+        return (kind, accum, shape, serial, id(a), id(b), id(c))
+    return (kind, accum, shape, serial, tuple([id(o) for o in operands]))
+
+
+def intern_parts(
+    kind: str, accum: bool, shape: tuple[int, ...], operands: tuple[TensorSpec, ...], serial: bool
+) -> LogicalSpec:
+    """The interned LogicalSpec of these fields, built only if it is new."""
+    key = _operand_key(kind, accum, shape, operands, serial)
+    hit = _BY_OPERAND_IDS.get(key)
+    if hit is not None and _same_objects(hit[0], operands):
+        return hit[1]
+    return _remember(key, new_tuple(LogicalSpec, (kind, accum, shape, operands, serial)))
+
 
 def intern(spec: LogicalSpec) -> LogicalSpec:
     """The one shared instance equal to `spec`.
 
     The search keys its tables by the identity of interned Specs, which avoids re-hashing
-    nested tuples (and enum members) millions of times per synthesis.
+    nested tuples (and enum members) millions of times per synthesis. Specs built by
+    `canonical` are interned already.
     """
-    found = _INTERNED.get(spec)
-    if found is None:
-        _INTERNED[spec] = found = spec
+    kind, accum, shape, operands, serial = spec
+    key = _operand_key(kind, accum, shape, operands, serial)
+    hit = _BY_OPERAND_IDS.get(key)
+    if hit is not None and _same_objects(hit[0], operands):
+        return hit[1]
+    return _remember(key, spec)
+
+
+def _remember(key: tuple[object, ...], spec: LogicalSpec) -> LogicalSpec:
+    found = _INTERNED.setdefault(spec, spec)
+    _BY_OPERAND_IDS[key] = (spec.operands, found)
     return found
+
+
+def _same_objects(a: tuple[TensorSpec, ...], b: tuple[TensorSpec, ...]) -> bool:
+    return all(x is y for x, y in zip(a, b))
 
 
 def clear_interned() -> None:
     """Forget every interned Spec (`search.session` calls this when a search ends)."""
     _INTERNED.clear()
+    _BY_OPERAND_IDS.clear()
 
 
 def interned_count() -> int:
@@ -465,7 +512,7 @@ def canonical(
     operands: tuple[TensorSpec, ...],
     serial: bool,
 ) -> LogicalSpec:
-    """Build a LogicalSpec from operands that are already canonical TensorSpecs.
+    """The interned LogicalSpec of operands that are already canonical TensorSpecs.
 
     Applies the Move symmetry break: a same-dtype, same-layout, contiguous copy is a plain
     memcpy whatever the layout, so all such Moves collapse onto row-major.
@@ -481,5 +528,8 @@ def canonical(
         ):
             rm = lay.row_major(src.shape)
             if src.layout != rm:
-                operands = (src._replace(layout=rm), dst._replace(layout=rm))
-    return LogicalSpec(kind, accum, shape, operands, serial)
+                operands = (
+                    intern_tensor(src._replace(layout=rm)),
+                    intern_tensor(dst._replace(layout=rm)),
+                )
+    return intern_parts(kind, accum, shape, operands, serial)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -254,12 +253,49 @@ def _l2_strip(parent: TensorSpec, layout: lay.Layout) -> bool:
     return parent.shape[-1] * parent.dtype.size <= L2_STRIP_MAX_ROW_BYTES
 
 
-@functools.lru_cache(maxsize=1 << 16)
+_TENSORS: dict[TensorSpec, TensorSpec] = {}
+
+
+def intern_tensor(t: TensorSpec) -> TensorSpec:
+    """The one shared instance equal to `t`. The cached tensor constructors return these,
+    so the operands of equal Specs are the same objects and `spec.intern` can find a Spec
+    by its operands' identities instead of hashing them whole."""
+    return _TENSORS.setdefault(t, t)
+
+
+def clear_interned_tensors() -> None:
+    """Forget the interned tensors and the tiles cached by them (`search.session`)."""
+    _TENSORS.clear()
+    _TILES.clear()
+
+
+# (id of a tensor, tile) -> (that tensor, its tile). Keyed by identity: equal tensors the
+# search builds are one object (`intern_tensor`), and hashing a tensor walks its shape and
+# layout. The entry holds the tensor, so its id is not reused while the entry lives.
+_TILES: dict[tuple[int, tuple[int, ...]], tuple[TensorSpec, TensorSpec | None]] = {}
+
+
 def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
-    """The TensorSpec of a `tile`-shaped piece of `t` (same level, dtype, vector size).
+    """The TensorSpec of a `tile`-shaped piece of `t` (same level, dtype, vector size),
+    interned (`intern_tensor`).
 
     Cached: the search asks for few distinct tiles (f32 32x64x64: 532k calls, 2,708
     distinct arguments), and a lookup costs a fifth of computing one."""
+    key = (id(t), tile)
+    hit = _TILES.get(key)
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    tiled = _tile_tensor(t, tile)
+    found = None if tiled is None else intern_tensor(tiled)
+    _TILES[key] = (t, found)
+    return found
+
+
+def cached_tiles() -> int:
+    return len(_TILES)
+
+
+def _tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     if tile == t.shape:
         return t
     if t.level is Level.RF:

@@ -37,18 +37,10 @@ class Kernel:
     cost: Callable[[LogicalSpec, Target], int]
     emit: Emitter
     #: The operand dtypes the kernel takes, when they are fixed. Checked before `applies`
-    #: (which need not check them), and the search lists the kernel only for Specs of
+    #: (`actions.select.takes`, which need not check them), and the search lists the kernel only for Specs of
     #: these dtypes: most kernels are for one dtype, and asking every other kernel's
     #: `applies` was a tenth of synthesis (docs/internals.md, "Search speed").
     dtypes: tuple[Dtype, ...] | None = None
-
-    def takes(self, spec: LogicalSpec, target: Target) -> bool:
-        """Whether the kernel may implement `spec`: its kind, dtypes and `applies`."""
-        if self.kind != spec.kind:
-            return False
-        if self.dtypes is not None and self.dtypes != tuple(o.dtype for o in spec.operands):
-            return False
-        return self.applies(spec, target)
 
 
 def regs(rf: int = 0, vrf: int = 0) -> Limits:

@@ -50,7 +50,7 @@ def release_search_caches() -> None:
     """Drop every table the search fills as it runs (they are rebuilt on demand)."""
     spec.clear_interned()
     enumeration.clear_cache()
-    tensorspec.tile_tensor.cache_clear()
+    tensorspec.clear_interned_tensors()
     layout.clear_caches()
     action_fingerprint.cache_clear()
     needs.clear()
@@ -62,7 +62,7 @@ def cache_sizes() -> dict[str, int]:
         "interned specs": spec.interned_count(),
         "action plans": enumeration.cached_specs(),
         "per-operand and per-shape lists": enumeration.cached_parts(),
-        "tile_tensor": tensorspec.tile_tensor.cache_info().currsize,
+        "tile_tensor": tensorspec.cached_tiles(),
         "action fingerprints": action_fingerprint.cache_info().currsize,
         "least limits": needs.cached_needs(),
     }

@@ -13,7 +13,7 @@ import functools
 import pytest
 
 from morello_build.actions.enumerate import enumerate_actions
-from morello_build.actions.select import Select
+from morello_build.actions.select import Select, takes
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
@@ -160,8 +160,8 @@ def test_a_kernel_takes_only_its_dtypes():
     f32_kernel = KERNELS_BY_NAME["BroadcastVecMultAdd"]
     bf16_kernel = KERNELS_BY_NAME["BroadcastVecMultAddBf16F32"]
     assert f32_kernel.applies(bf16, target), "the case must differ in dtypes only"
-    assert f32_kernel.takes(f32, target) and not f32_kernel.takes(bf16, target)
-    assert bf16_kernel.takes(bf16, target) and not bf16_kernel.takes(f32, target)
+    assert takes(f32_kernel, f32, target) and not takes(f32_kernel, bf16, target)
+    assert takes(bf16_kernel, bf16, target) and not takes(bf16_kernel, f32, target)
     assert Select("BroadcastVecMultAdd").plan(bf16, target) is None
     assert Select("BroadcastVecMultAddBf16F32").plan(bf16, target) is not None
 

@@ -15,6 +15,7 @@ import pytest
 
 from morello_build.actions.enumerate import enumerate_actions
 from morello_build.actions.move import Move
+from morello_build.actions.select import takes
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Alloc, Block, Impl, Kernel, Loop
@@ -57,9 +58,9 @@ def _verify(impl: Impl, isa: str, compiler: str) -> None:
 def test_rows_take_row_major_rows_in_memory() -> None:
     t = get_target("avx512")
     ok = parse_spec("MatmulAccum(1x1x8x64, f32:GL:row, f32:GL:[1,2]c1, f32:L1:row)")
-    assert ROWS_F32.takes(ok, t)
-    assert ROWS_F32.takes(ok, get_target("avx2"))
-    assert not ROWS_F32.takes(ok, get_target("x86-64"))  # no vectors
+    assert takes(ROWS_F32, ok, t)
+    assert takes(ROWS_F32, ok, get_target("avx2"))
+    assert not takes(ROWS_F32, ok, get_target("x86-64"))  # no vectors
     for bad in (
         "MatmulAccum(1x2x8x64, f32:GL:row, f32:GL:row, f32:L1:row)",  # m > 1
         "MatmulAccum(1x1x16x64, f32:GL:row, f32:GL:row, f32:L1:row)",  # too many rows
@@ -70,9 +71,9 @@ def test_rows_take_row_major_rows_in_memory() -> None:
         "Matmul(1x1x8x64, f32:GL:row, f32:GL:row, f32:L1:row)",  # not accumulating
         "MatmulAccum(1x1x8x64, bf16:GL:row, bf16:GL:row, f32:L1:row)",  # bf16 variant's
     ):
-        assert not ROWS_F32.takes(parse_spec(bad), t), bad
+        assert not takes(ROWS_F32, parse_spec(bad), t), bad
     b16 = parse_spec("MatmulAccum(1x1x3x32, bf16:L1:row, bf16:GL:row, f32:L1:row)")
-    assert ROWS_BF16.takes(b16, t) and not ROWS_F32.takes(b16, t)
+    assert takes(ROWS_BF16, b16, t) and not takes(ROWS_F32, b16, t)
 
 
 def test_rows_cost_and_registers() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from morello_build.actions.select import takes
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.verify import IsaUnavailable, verify_kernel
 from morello_build.impl.nodes import Impl, Kernel
@@ -89,17 +90,19 @@ def test_only_square_vector_blocks_apply() -> None:
         t = get_target(isa)
         assert lanes in SHUFFLES
         ok = parse_spec(f"Move({lanes}x{lanes}, f32:L1:col, f32:L1:row, serial)")
-        assert TRANSPOSE_F32.takes(ok, t)
+        assert takes(TRANSPOSE_F32, ok, t)
         widening = parse_spec(f"Move({lanes}x{lanes}, bf16:L1:col, f32:L1:row, serial)")
-        assert TRANSPOSE_BF16_F32.takes(widening, t) and not TRANSPOSE_F32.takes(widening, t)
+        assert takes(TRANSPOSE_BF16_F32, widening, t) and not takes(TRANSPOSE_F32, widening, t)
         for bad in (
             f"Move({lanes}x{2 * lanes}, f32:L1:col, f32:L1:row, serial)",  # not square
             f"Move({lanes}x{lanes}, f32:L1:row, f32:L1:row, serial)",  # nothing to transpose
             f"Move({lanes}x{lanes}, bf16:L1:col, bf16:L1:row, serial)",  # f32 out only
         ):
-            assert not any(k.takes(parse_spec(bad), t) for k in (TRANSPOSE_F32, TRANSPOSE_BF16_F32))
-    assert not TRANSPOSE_F32.takes(
-        parse_spec("Move(4x4, f32:L1:col, f32:L1:row, serial)"), get_target("x86-64")
+            assert not any(
+                takes(k, parse_spec(bad), t) for k in (TRANSPOSE_F32, TRANSPOSE_BF16_F32)
+            )
+    assert not takes(
+        TRANSPOSE_F32, parse_spec("Move(4x4, f32:L1:col, f32:L1:row, serial)"), get_target("x86-64")
     )
 
 
