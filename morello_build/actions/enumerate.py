@@ -142,7 +142,7 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
 def clear_cache() -> None:
     _CACHE.clear()
     _SHARED.clear()
-    _operand_moves.cache_clear()
+    _MOVES.clear()
     _shape_tilings.cache_clear()
     move_mod.clear_caches()
     boundary_regions.cache_clear()
@@ -151,8 +151,8 @@ def clear_cache() -> None:
 def cached_parts() -> int:
     """Entries of the per-operand and per-shape caches (moves, tilings, remainder slabs,
     move targets), over all targets."""
-    caches = (_operand_moves, _shape_tilings, boundary_regions)
-    return sum(c.cache_info().currsize for c in caches) + move_mod.cache_entries()
+    caches = (_shape_tilings, boundary_regions)
+    return sum(c.cache_info().currsize for c in caches) + len(_MOVES) + move_mod.cache_entries()
 
 
 def cached_specs() -> int:
@@ -234,17 +234,22 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         tilings = [a for a in tilings if isinstance(a, TileOut) and a.shape[3] % DPBF16_COLS == 0]
     acts.extend(tilings)
     if spec.kind == MATMUL and spec.accum:
-        k = spec.shape[2]
-        splits = _pow2_below(k)
-        if tiles:
-            splits = [s for s in splits if s % AMX_K_STEP == 0]
-        if dp_tiles:
-            splits = [s for s in splits if s >= DPBF16_MIN_K]
-        acts.extend(Split(s) for s in splits)
+        acts.extend(_splits(spec.shape[2], tiles, dp_tiles))
     acts.extend(_selects(spec.kind, tuple(o.dtype for o in spec.operands)))
     if spec.kind == MATMUL and not spec.accum:
         acts.append(ToAccum())
     return acts
+
+
+@functools.cache
+def _splits(k: int, tiles: bool, dp_tiles: bool) -> tuple[Split, ...]:
+    """The k splits of an accumulating Matmul, made once per k (actions are values)."""
+    splits = _pow2_below(k)
+    if tiles:
+        splits = [s for s in splits if s % AMX_K_STEP == 0]
+    if dp_tiles:
+        splits = [s for s in splits if s >= DPBF16_MIN_K]
+    return tuple(Split(s) for s in splits)
 
 
 @functools.cache
@@ -414,10 +419,21 @@ def _moves(
     # rhs (relayout or widening into GL/L1) reads every value once more than reading it
     # in place. (The lhs is small in the shapes where this matters, so it keeps its copies.)
     copy_pays = not is_matmul_input or i == 0 or spec.shape[1] > 1
-    return _operand_moves(kind, role, i, spec.operands[i], copy_pays, target)
+    t = spec.operands[i]
+    # Keyed by the identity of the operand and target (interned tensors; hashing a tensor
+    # walks its layout), as `tensorspec.tile_tensor`; the entry holds both objects.
+    key = (kind, role, i, id(t), copy_pays, id(target))
+    hit = _MOVES.get(key)
+    if hit is not None and hit[0] is t and hit[1] is target:
+        return hit[2]
+    found = _operand_moves(kind, role, i, t, copy_pays, target)
+    _MOVES[key] = (t, target, found)
+    return found
 
 
-@functools.lru_cache(maxsize=1 << 16)
+_MOVES: dict[tuple[object, ...], tuple[TensorSpec, Target, tuple[Action, ...]]] = {}
+
+
 def _operand_moves(
     kind: str, role: str, i: int, t: TensorSpec, copy_pays: bool, target: Target
 ) -> tuple[Action, ...]:

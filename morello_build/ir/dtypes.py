@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import enum
 
+#: Bytes per element, by a dtype's text name.
+_SIZE_OF_NAME = {"u8": 1, "s8": 1, "u16": 2, "s16": 2, "u32": 4, "s32": 4, "f32": 4, "bf16": 2}
+
 
 class Dtype(enum.Enum):
     """An element type: `value` is the text name used in Spec text and the ABI."""
+
+    # Plain per-member attributes, not properties: the search reads them for every tensor
+    # it sizes, and a property is a Python call even from the compiled core (a few percent
+    # of listing a Spec's plans: docs/internals.md, "Search speed").
+    size: int  # bytes per element
+    is_float: bool
 
     U8 = "u8"
     S8 = "s8"
@@ -26,19 +35,14 @@ class Dtype(enum.Enum):
     # operand: this took ~110 ns of a TensorSpec's ~360 ns hash.
     __hash__ = object.__hash__
 
-    @property
-    def size(self) -> int:
-        """Bytes per element."""
-        return _SIZES[self]
+    def __init__(self, name: str) -> None:
+        self.size = _SIZE_OF_NAME[name]
+        self.is_float = name in ("f32", "bf16")
 
     @property
     def code(self) -> int:
         """Stable small integer used in memo keys."""
         return _CODES[self]
-
-    @property
-    def is_float(self) -> bool:
-        return self in (Dtype.F32, Dtype.BF16)
 
     @property
     def c_type(self) -> str:
@@ -49,16 +53,6 @@ class Dtype(enum.Enum):
         return self.value
 
 
-_SIZES = {
-    Dtype.U8: 1,
-    Dtype.S8: 1,
-    Dtype.U16: 2,
-    Dtype.S16: 2,
-    Dtype.U32: 4,
-    Dtype.S32: 4,
-    Dtype.F32: 4,
-    Dtype.BF16: 2,
-}
 _CODES = {d: i for i, d in enumerate(Dtype)}
 _C_TYPES = {
     Dtype.U8: "uint8_t",

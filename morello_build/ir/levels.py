@@ -21,29 +21,24 @@ class Level(enum.IntEnum):
     L2 = 3
     GL = 4  # global memory (buffers), counted in 64-byte lines
 
-    @property
-    def has_layout(self) -> bool:
-        """RF values are individual scalars: no layout."""
-        return self is not Level.RF
+    # Plain per-member attributes, not properties (as `Dtype.size`): a property is a Python
+    # call even from the compiled core, and the search asks these for every tensor.
+    #: RF values are individual scalars: no layout.
+    has_layout: bool
+    counts_registers: bool
+    #: L1, L2 and GL tensors are addressed memory; RF and VRF ones are C locals.
+    in_memory: bool
+    #: L1 and L2: moving data into them without a relayout copies nothing (a view).
+    is_cache: bool
+    #: Register-resident tensors cannot be split across threads.
+    parallel_tileable: bool
 
-    @property
-    def counts_registers(self) -> bool:
-        return self in (Level.RF, Level.VRF)
-
-    @property
-    def in_memory(self) -> bool:
-        """L1, L2 and GL tensors are addressed memory; RF and VRF ones are C locals."""
-        return not self.counts_registers
-
-    @property
-    def is_cache(self) -> bool:
-        """L1 and L2: moving data into them without a relayout copies nothing (a view)."""
-        return self in (Level.L1, Level.L2)
-
-    @property
-    def parallel_tileable(self) -> bool:
-        """Register-resident tensors cannot be split across threads."""
-        return self.in_memory
+    def __init__(self, index: int) -> None:
+        self.has_layout = index != 0
+        self.counts_registers = index in (0, 1)
+        self.in_memory = not self.counts_registers
+        self.is_cache = index in (2, 3)
+        self.parallel_tileable = self.in_memory
 
     def __str__(self) -> str:
         return self.name

@@ -99,7 +99,11 @@ class Target:
 
     def lanes(self, dtype: Dtype) -> int:
         """Values in the widest vector register (1 on the scalar target)."""
-        return max(self.vector_sizes(dtype), default=1)
+        size, widest = dtype.size, 1
+        for b in self.vector_bytes:  # a loop: every kernel check asks (no generator)
+            if b // size > widest:
+                widest = b // size
+        return widest
 
     def move_cost(self, t: TensorSpec) -> int:
         """Cost of touching every line of `t` once; doubled when it is not contiguous."""
