@@ -95,9 +95,12 @@ from morello_build.machine.target import Target
 T = TypeVar("T")
 ActionPlans = tuple[tuple[Action, Plan], ...]
 
-# Per target: id(interned spec) -> (spec, its action plans). The spec is kept so its id
-# stays unique while the entry lives.
-_CACHE: dict[Target, dict[int, tuple[LogicalSpec, ActionPlans]]] = {}
+# Per target: id(interned spec) -> (spec, its actions, their plans). The spec is kept so
+# its id stays unique while the entry lives. Two parallel tuples rather than (action, plan)
+# pairs: a large search lists millions of plans (avx2 bf16 256^3: 3.0M), and a pair tuple
+# each was about 160 MiB of its peak.
+Listed = tuple[LogicalSpec, tuple[Action, ...], tuple[Plan, ...]]
+_CACHE: dict[Target, dict[int, Listed]] = {}
 
 
 # Equal coefficient or `own` tuples of different Specs' plans, kept as one object each: most
@@ -110,17 +113,30 @@ def _shared(value: T) -> T:
     return cast(T, _SHARED.setdefault(value, value))
 
 
-def plans_cache(target: Target) -> dict[int, tuple[LogicalSpec, ActionPlans]]:
-    return _CACHE.setdefault(target, {})
-
-
 def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
-    """Applicable (action, plan) pairs, in the stable enumeration order.
+    """Applicable (action, plan) pairs, in the stable enumeration order (built on each
+    call: the search reads `plans_for` and `listed_actions`, which are cached).
 
     Plan children are interned (the rewrites build them with `ir.spec.canonical`), so the
     search can key its tables by identity.
     """
-    cache = plans_cache(target)
+    _spec, actions, plans = _listed(spec, target)
+    return tuple(zip(actions, plans))
+
+
+def plans_for(spec: LogicalSpec, target: Target) -> tuple[Plan, ...]:
+    """The plans of `actions_for(spec, target)`, in its order."""
+    return _listed(spec, target)[2]
+
+
+def listed_actions(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
+    """The actions of `actions_for(spec, target)`, in its order (what the memo's action
+    indices count)."""
+    return _listed(spec, target)[1]
+
+
+def _listed(spec: LogicalSpec, target: Target) -> Listed:
+    cache = _CACHE.setdefault(target, {})
     found = cache.get(id(spec))
     if found is None or found[0] is not spec:
         # Not the interned instance (the search always passes that one, so it skips the
@@ -128,15 +144,18 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
         spec = intern(spec)
         found = cache.get(id(spec))
     if found is None:
-        out = []
+        actions: list[Action] = []
+        plans: list[Plan] = []
         for a in enumerate_actions(spec, target):
             p = a.plan(spec, target)
             if p is not None:
-                plan = new_tuple(Plan, (p.children, _shared(p.coefs), p.const, _shared(p.own)))
-                out.append((a, plan))  # one object per action already (`_operand_moves`)
-        found = (spec, tuple(out))
+                actions.append(a)  # one object per action already (`_operand_moves`)
+                plans.append(
+                    new_tuple(Plan, (p.children, _shared(p.coefs), p.const, _shared(p.own)))
+                )
+        found = (spec, tuple(actions), tuple(plans))
         cache[id(spec)] = found
-    return found[1]
+    return found
 
 
 def clear_cache() -> None:

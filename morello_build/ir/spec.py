@@ -414,9 +414,10 @@ _INTERNED: dict[LogicalSpec, LogicalSpec] = {}
 # tensor constructors return interned tensors (`tensorspec.intern_tensor`), so equal Specs
 # built by the search have the same operand objects, and a key of their ids hashes a few
 # integers where a Spec's own hash walks every nested shape and layout (docs/internals.md,
-# "Search speed"). Each entry holds the operands its key names, and a hit is checked by
-# identity, so an id reused after its tensor was freed never matches.
-_BY_OPERAND_IDS: dict[tuple[object, ...], tuple[tuple[TensorSpec, ...], LogicalSpec]] = {}
+# "Search speed"). Only a Spec whose own operands the key names is entered (it keeps them
+# alive, so their ids are not reused while the entry lives), and a hit is checked by
+# identity.
+_BY_OPERAND_IDS: dict[tuple[object, ...], LogicalSpec] = {}
 
 
 def _operand_key(
@@ -434,8 +435,8 @@ def intern_parts(
     """The interned LogicalSpec of these fields, built only if it is new."""
     key = _operand_key(kind, accum, shape, operands, serial)
     hit = _BY_OPERAND_IDS.get(key)
-    if hit is not None and _same_objects(hit[0], operands):
-        return hit[1]
+    if hit is not None and _same_objects(hit.operands, operands):
+        return hit
     return _remember(key, new_tuple(LogicalSpec, (kind, accum, shape, operands, serial)))
 
 
@@ -449,14 +450,15 @@ def intern(spec: LogicalSpec) -> LogicalSpec:
     kind, accum, shape, operands, serial = spec
     key = _operand_key(kind, accum, shape, operands, serial)
     hit = _BY_OPERAND_IDS.get(key)
-    if hit is not None and _same_objects(hit[0], operands):
-        return hit[1]
+    if hit is not None and _same_objects(hit.operands, operands):
+        return hit
     return _remember(key, spec)
 
 
 def _remember(key: tuple[object, ...], spec: LogicalSpec) -> LogicalSpec:
     found = _INTERNED.setdefault(spec, spec)
-    _BY_OPERAND_IDS[key] = (spec.operands, found)
+    if _same_objects(found.operands, spec.operands):
+        _BY_OPERAND_IDS[key] = found
     return found
 
 

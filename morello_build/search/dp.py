@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from morello_build.actions.base import Plan
-from morello_build.actions.enumerate import actions_for
+from morello_build.actions.enumerate import listed_actions, plans_for
 from morello_build.impl.cost import Cost
 from morello_build.impl.nodes import Impl
 from morello_build.ir.limits import (
@@ -166,7 +166,7 @@ class Search:
         # Levels 0-1 count registers; 2-4 are memory levels with power-of-two budgets.
         h0, h1, h2, h3, h4 = self.target.max_limits
         l0, l1, l2, l3, l4 = limits
-        for idx, (_action, plan) in enumerate(actions_for(ls, self.target)):
+        for idx, plan in enumerate(plans_for(ls, self.target)):
             own = plan.own
             if own == ZERO:
                 o_zero = True
@@ -311,7 +311,8 @@ class Search:
         found = self.memo.get(ls, limits)
         r = found.result if found is not None else self._solve(ls, limits).result
         assert isinstance(r, Solution), f"no solution stored for {ls} at {limits}"
-        action, plan = actions_for(ls, self.target)[r.action]
+        action = listed_actions(ls, self.target)[r.action]
+        plan = plans_for(ls, self.target)[r.action]
         child_limits = subtract(limits, plan.own) if plan.own != ZERO else limits
         assert child_limits is not None
         children = tuple(self._rebuild(c, child_limits) for c in plan.children)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from morello_build.actions.base import Plan
-from morello_build.actions.enumerate import actions_for
+from morello_build.actions.enumerate import plans_for
 from morello_build.ir.limits import ZERO, Limits, next_pow2
 from morello_build.ir.spec import LogicalSpec
 from morello_build.machine.target import Target
@@ -104,7 +104,7 @@ def _fitting_plans(spec: LogicalSpec, target: Target) -> list[Plan]:
     more, so no other plan ever fits)."""
     m0, m1, m2, m3, m4 = target.max_limits
     out: list[Plan] = []
-    for _action, plan in actions_for(spec, target):
+    for plan in plans_for(spec, target):
         o0, o1, o2, o3, o4 = plan.own
         if o0 <= m0 and o1 <= m1 and o2 <= m2 and o3 <= m3 and o4 <= m4:
             out.append(plan)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from morello_build.actions.base import action_fingerprint
-from morello_build.actions.enumerate import actions_for
+from morello_build.actions.enumerate import listed_actions
 from morello_build.errors import SpecError
 from morello_build.impl.cost import Cost
 from morello_build.ir.levels import LEVEL_COUNT
@@ -98,10 +98,10 @@ def replay_problem(target: Target, spec: LogicalSpec, value: MemoValue) -> str |
     """Why replaying `value` for `spec` would not rebuild the program it was stored for
     (None when it would): its action index is out of the Spec's list, or the action there
     is not the one whose fingerprint was stored."""
-    acts = actions_for(spec, target)  # interns `spec` itself when it is not
+    acts = listed_actions(spec, target)  # interns `spec` itself when it is not
     if value.action >= len(acts):
         return f"action {value.action} of {spec.text()} is out of range (it has {len(acts)})"
-    found = action_fingerprint(acts[value.action][0])
+    found = action_fingerprint(acts[value.action])
     if found != value.fingerprint:
         return (
             f"action {value.action} of {spec.text()} has fingerprint {found:08x},"
@@ -318,7 +318,7 @@ class _AnswerValues:
         if result is None:
             return self._number((), UNSAT)
         c = result.cost
-        action = actions_for(spec, self.target)[result.action][0]
+        action = listed_actions(spec, self.target)[result.action]
         vol = spec.volume
         answer = (c.main, vol, *c.peaks, c.depth, result.action, id(action))
         found = self._by_answer.get(answer)
