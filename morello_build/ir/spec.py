@@ -437,7 +437,11 @@ def intern_parts(
     hit = _BY_OPERAND_IDS.get(key)
     if hit is not None and _same_objects(hit.operands, operands):
         return hit
-    return _remember(key, new_tuple(LogicalSpec, (kind, accum, shape, operands, serial)))
+    spec = new_tuple(LogicalSpec, (kind, accum, shape, operands, serial))
+    found = _INTERNED.setdefault(spec, spec)
+    if _same_objects(found.operands, operands):
+        _BY_OPERAND_IDS[key] = found
+    return found
 
 
 def intern(spec: LogicalSpec) -> LogicalSpec:
@@ -448,18 +452,7 @@ def intern(spec: LogicalSpec) -> LogicalSpec:
     `canonical` are interned already.
     """
     kind, accum, shape, operands, serial = spec
-    key = _operand_key(kind, accum, shape, operands, serial)
-    hit = _BY_OPERAND_IDS.get(key)
-    if hit is not None and _same_objects(hit.operands, operands):
-        return hit
-    return _remember(key, spec)
-
-
-def _remember(key: tuple[object, ...], spec: LogicalSpec) -> LogicalSpec:
-    found = _INTERNED.setdefault(spec, spec)
-    if _same_objects(found.operands, spec.operands):
-        _BY_OPERAND_IDS[key] = found
-    return found
+    return intern_parts(kind, accum, shape, operands, serial)
 
 
 def _same_objects(a: tuple[TensorSpec, ...], b: tuple[TensorSpec, ...]) -> bool:

@@ -37,9 +37,9 @@ class Kernel:
     cost: Callable[[LogicalSpec, Target], int]
     emit: Emitter
     #: The operand dtypes the kernel takes, when they are fixed. Checked before `applies`
-    #: (`actions.select.takes`, which need not check them), and the search lists the kernel only for Specs of
-    #: these dtypes: most kernels are for one dtype, and asking every other kernel's
-    #: `applies` was a tenth of synthesis (docs/internals.md, "Search speed").
+    #: (`actions.select.takes`; `applies` need not check them), and the search lists the
+    #: kernel only for Specs of these dtypes: most kernels are for one dtype, and asking
+    #: every other kernel's `applies` was a tenth of synthesis (docs/internals.md).
     dtypes: tuple[Dtype, ...] | None = None
 
 
