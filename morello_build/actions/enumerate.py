@@ -99,7 +99,8 @@ ActionPlans = tuple[tuple[Action, Plan], ...]
 # its id stays unique while the entry lives. Two parallel tuples rather than (action, plan)
 # pairs: a large search lists millions of plans (avx2 bf16 256^3: 3.0M), and a pair tuple
 # each was about 160 MiB of its peak.
-Listed = tuple[LogicalSpec, tuple[Action, ...], tuple[Plan, ...]]
+# The plans are None once `release_plans` dropped them (they are listed again on demand).
+Listed = tuple[LogicalSpec, tuple[Action, ...], tuple[Plan, ...] | None]
 _CACHE: dict[Target, dict[int, Listed]] = {}
 
 
@@ -120,13 +121,19 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
     Plan children are interned (the rewrites build them with `ir.spec.canonical`), so the
     search can key its tables by identity.
     """
-    _spec, actions, plans = _listed(spec, target)
-    return tuple(zip(actions, plans))
+    return tuple(zip(listed_actions(spec, target), plans_for(spec, target)))
 
 
 def plans_for(spec: LogicalSpec, target: Target) -> tuple[Plan, ...]:
     """The plans of `actions_for(spec, target)`, in its order."""
-    return _listed(spec, target)[2]
+    plans = _listed(spec, target)[2]
+    if plans is None:  # dropped by `release_plans`: list them again
+        spec = intern(spec)
+        found = _list(spec, target)
+        _CACHE[target][id(spec)] = found
+        plans = found[2]
+        assert plans is not None
+    return plans
 
 
 def listed_actions(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
@@ -144,18 +151,30 @@ def _listed(spec: LogicalSpec, target: Target) -> Listed:
         spec = intern(spec)
         found = cache.get(id(spec))
     if found is None:
-        actions: list[Action] = []
-        plans: list[Plan] = []
-        for a in enumerate_actions(spec, target):
-            p = a.plan(spec, target)
-            if p is not None:
-                actions.append(a)  # one object per action already (`_operand_moves`)
-                plans.append(
-                    new_tuple(Plan, (p.children, _shared(p.coefs), p.const, _shared(p.own)))
-                )
-        found = (spec, tuple(actions), tuple(plans))
-        cache[id(spec)] = found
+        found = cache[id(spec)] = _list(spec, target)
     return found
+
+
+def _list(spec: LogicalSpec, target: Target) -> Listed:
+    """The applicable actions of interned `spec` and their plans."""
+    actions: list[Action] = []
+    plans: list[Plan] = []
+    for a in enumerate_actions(spec, target):
+        p = a.plan(spec, target)
+        if p is not None:
+            actions.append(a)  # one object per action already (`_operand_moves`)
+            plans.append(new_tuple(Plan, (p.children, _shared(p.coefs), p.const, _shared(p.own))))
+    return (spec, tuple(actions), tuple(plans))
+
+
+def release_plans() -> None:
+    """Drop every cached plan, keeping each Spec's action list (what memo indices and
+    fingerprints read). A finished search calls this before its answers are merged into
+    the compressed table, which then reuses their memory (avx2 bf16 256^3: 3.0M plans,
+    ~190 MiB of peak RSS; docs/performance.md); a later `plans_for` lists them again."""
+    for cache in _CACHE.values():
+        for key, (spec, actions, _plans) in cache.items():
+            cache[key] = (spec, actions, None)
 
 
 def clear_cache() -> None:

@@ -86,6 +86,12 @@ class Search:
         self._progress = progress
         self._progress_every = progress_every
         self._next_report = time.perf_counter() + progress_every
+        # One object per distinct limits vector and per distinct answer: the memo keeps a
+        # box per solve (avx2 bf16 256^3: 400k boxes over 588 distinct `hi`s, 357 distinct
+        # peaks and 107k distinct costs), so sharing them saves ~100 MiB of peak RSS there
+        # (docs/performance.md, "Shared limits and answers").
+        self._limits: dict[Limits, Limits] = {}
+        self._answers: dict[Solution, Solution] = {}
 
     # -- solving -------------------------------------------------------------------------
 
@@ -115,7 +121,7 @@ class Search:
         hi = list(self.target.max_limits)
         if need[lvl] - 1 < hi[lvl]:
             hi[lvl] = need[lvl] - 1
-        box = tuple(hi)
+        box = self._shared_limits(tuple(hi))
         self.memo.put(ls, box, None)
         self.stats.ruled_out += 1
         return Hit(None, box)
@@ -156,7 +162,7 @@ class Search:
         memo_get = self.memo.get
         nothing_fits = self._nothing_fits
         stats = self.stats
-        best: Solution | None = None
+        best_idx = -1  # the winning plan's index (-1: none fits yet)
         # The best cost so far, unpacked: candidates compare as (main, peaks, depth), and
         # most lose on main alone, so a loser never builds its Cost (docs/internals.md).
         best_main = 0
@@ -197,7 +203,7 @@ class Search:
             children = plan.children
             if not children:
                 main = plan.const
-                if best is not None and main > best_main:
+                if best_idx >= 0 and main > best_main:
                     continue
                 peak: Limits = own
                 depth = 1
@@ -262,26 +268,38 @@ class Search:
                         p4 = q4
                     if c.depth > depth:
                         depth = c.depth
-                if not feasible or (best is not None and main > best_main):
+                if not feasible or (best_idx >= 0 and main > best_main):
                     continue
                 peak = (p0, p1, p2, p3, p4)
                 if not o_zero:
                     peak = add_peak(own, peak)
                 depth += 1
             if (
-                best is not None
+                best_idx >= 0
                 and main == best_main
                 and (peak > best_peak or (peak == best_peak and depth >= best_depth))
             ):
                 continue  # a tie on main, lost on peaks or depth (or a full tie)
-            best_main, best_peak, best_depth = main, peak, depth
-            best = Solution(idx, Cost(main, peak, depth))
-        hi = (h0, h1, h2, h3, h4)
+            best_idx, best_main, best_peak, best_depth = idx, main, peak, depth
+        hi = self._shared_limits((h0, h1, h2, h3, h4))
+        best: Solution | None = None
+        if best_idx >= 0:
+            answer = Solution(best_idx, Cost(best_main, self._shared_limits(best_peak), best_depth))
+            best = self._answers.get(answer)
+            if best is None:
+                best = self._answers[answer] = answer
         self.memo.put(ls, hi, best)
         stats.solved += 1
         if self._progress is not None:
             self._report()
         return Hit(best, hi)
+
+    def _shared_limits(self, limits: Limits) -> Limits:
+        """The one object of this search equal to `limits`."""
+        found = self._limits.get(limits)
+        if found is None:
+            found = self._limits[limits] = limits
+        return found
 
     def _on_listed(self, listed: int) -> None:
         self.stats.listed = listed

@@ -15,7 +15,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from morello_build.actions.base import action_fingerprint
 from morello_build.actions.enumerate import listed_actions
@@ -130,7 +130,14 @@ class PersistentMemo(DictMemo):
         )
         self.rejected = 0  # cached answers that failed the replay check (re-solved)
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
-        self._pending: list[tuple[LogicalSpec, Limits, Result]] = []
+        # Table keys and points of `_where`, one object each (Specs share them: avx2 bf16
+        # 256^3 has 157k Specs in 44k points of a few hundred tables).
+        self._shared: dict[object, object] = {}
+        # The puts `sync` has not inserted yet, as three parallel lists (a tuple per put
+        # would be 400k tuples in avx2 bf16 256^3).
+        self._pending_specs: list[LogicalSpec] = []
+        self._pending_his: list[Limits] = []
+        self._pending_results: list[Result] = []
         #: The remote tier behind the local cache (None: local only); see `memo.remote`.
         self.remote: RemoteTier | None = None
         #: The remote is asked only when the local cache misses (then once per process).
@@ -166,6 +173,9 @@ class PersistentMemo(DictMemo):
         found = self._where.get(id(spec))
         if found is None or found[0] is not spec:
             key, pt = locate(spec)
+            shared = self._shared
+            key = cast(str, shared.setdefault(key, key))
+            pt = cast(tuple[int, ...], shared.setdefault(pt, pt))
             found = self._where[id(spec)] = (spec, key, pt)
         return found[1], found[2]
 
@@ -222,7 +232,13 @@ class PersistentMemo(DictMemo):
         if entry is None or entry[0] is not spec:
             self._seed(spec)  # keep "has an entry" == "was seeded"
         super().put(spec, hi, result)
-        self._pending.append((spec, hi, result))
+        self._pending_specs.append(spec)
+        self._pending_his.append(hi)
+        self._pending_results.append(result)
+
+    def pending(self) -> Iterator[tuple[LogicalSpec, Limits, Result]]:
+        """The puts not yet inserted into the table (`sync` inserts them), in order."""
+        return zip(self._pending_specs, self._pending_his, self._pending_results, strict=True)
 
     def sync(self) -> None:
         """Insert the buffered puts into the compressed table (`flush` calls this).
@@ -231,9 +247,10 @@ class PersistentMemo(DictMemo):
         so they go in grouped by table and Spec, as short memory-coordinate boxes with one
         id per distinct value (`MemoTable.put_points`). A value is built once, and found
         again by integer keys (no hashing of Fractions or actions per put)."""
-        pending, self._pending = self._pending, []
-        if not pending:
+        pending = self.pending()
+        if not self._pending_specs:
             return
+        self._pending_specs, self._pending_his, self._pending_results = [], [], []
         # Per table key: id(spec) -> (its point, its boxes (lo, hi, value id)), and global
         # value id -> the key's own id. A key's ids follow first use there, so each page
         # lists its values in the order one-by-one puts gave them (same page files).

@@ -46,6 +46,15 @@ def search_session() -> Iterator[None]:
                 release_search_caches()
 
 
+def release_plans_if_large() -> None:
+    """Before a finished search merges its answers into the compressed table: drop the
+    cached plans when they hold more than `RETAIN_SPECS` Specs (the outermost session would
+    release them anyway), so the merge reuses their memory instead of adding to the peak;
+    each Spec's action list stays (the merge reads it)."""
+    if enumeration.cached_specs() > RETAIN_SPECS:
+        enumeration.release_plans()
+
+
 def release_search_caches() -> None:
     """Drop every table the search fills as it runs (they are rebuilt on demand)."""
     spec.clear_interned()

@@ -87,7 +87,7 @@ def test_buffered_puts_reach_the_table_with_the_dps_answers(cache_dir):
     text = "Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)"
     cold = PersistentMemo(get_target("avx512"))
     synthesize(text, "avx512", memo=cold)
-    assert not cold._pending  # flushed
+    assert not list(cold.pending())  # flushed
     fresh = PersistentMemo(get_target("avx512"))
     checked = 0
     for spec in cold.logical_specs():
@@ -119,7 +119,7 @@ def test_sync_writes_the_pages_one_by_one_puts_would(cache_dir, tmp_path_factory
     memo = PersistentMemo(target)
     ls = parse_spec("Matmul(1x12x10x16, f32:GL:row, f32:GL:col, f32:GL:row, serial)")
     Search(target, memo).solve(Spec(ls, target.max_limits))
-    answers = list(memo._pending)
+    answers = list(memo.pending())
     assert len(answers) > 1000
     reference = MemoTable(memo.store.table.memory_dims, memo.store.table.block)
     for spec, hi, result in answers:
