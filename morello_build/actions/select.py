@@ -30,11 +30,23 @@ class Select:
 
 
 def takes(kernel: KernelRecord, spec: LogicalSpec, target: Target) -> bool:
-    """Whether `kernel` may implement `spec`: its kind, dtypes and `applies`. Here, in the
-    compiled core, rather than on the kernel record: it runs for every kernel of every Spec
-    the search lists, and the kernels' modules are interpreted Python."""
+    """Whether `kernel` may implement `spec`: its kind, dtypes, operand levels and
+    `applies`. Here, in the compiled core, rather than on the kernel record: it runs for
+    every kernel of every Spec the search lists, and the kernels' modules are interpreted
+    Python."""
     if kernel.kind != spec.kind:
         return False
-    if kernel.dtypes is not None and kernel.dtypes != tuple([o.dtype for o in spec.operands]):
-        return False
+    dtypes = kernel.dtypes
+    if dtypes is not None:  # compared in place: no tuple of the operands' dtypes per call
+        operands = spec.operands
+        if len(dtypes) != len(operands):
+            return False
+        for dtype, o in zip(dtypes, operands):
+            if o.dtype is not dtype:
+                return False
+    levels = kernel.levels
+    if levels is not None:
+        for allowed, o in zip(levels, spec.operands):
+            if o.level not in allowed:
+                return False
     return kernel.applies(spec, target)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from dataclasses import dataclass
 
 from morello_build.actions.base import Plan
@@ -83,8 +82,19 @@ PAR_SHARED_ROWS_COST = 150
 def loop_plan(
     spec: LogicalSpec, tile: tuple[int, ...], parallel: bool, target: Target
 ) -> Plan | None:
-    if tile == spec.shape or any(t > s or t < 1 for t, s in zip(tile, spec.shape)):
+    shape = spec.shape
+    if tile == shape:
         return None
+    # One pass over the dims (this runs for every tiling of every Spec listed): validity,
+    # whether any dim leaves a remainder, and the iteration count.
+    ragged = False
+    iters = 1
+    for t, s in zip(tile, shape):
+        if t > s or t < 1:
+            return None
+        if s % t:
+            ragged = True
+        iters *= s // t
     if parallel and (spec.serial or any(not o.level.parallel_tileable for o in spec.operands)):
         return None
     if not register_aligned(spec, tile):
@@ -93,12 +103,12 @@ def loop_plan(
     if body is None:
         return None
     children = [body]
-    for region, _ in boundary_regions(spec.shape, tile):
-        b = shrink(spec, region, spec.serial)
-        if b is None:
-            return None
-        children.append(b)
-    iters = math.prod(s // t for s, t in zip(spec.shape, tile))
+    if ragged:  # most tiles divide their Spec: no remainder slabs to look up
+        for region, _ in boundary_regions(shape, tile):
+            b = shrink(spec, region, spec.serial)
+            if b is None:
+                return None
+            children.append(b)
     if parallel:
         iters = -(-iters // target.processors)
     coefs = (iters,) + (1,) * (len(children) - 1)

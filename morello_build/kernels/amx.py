@@ -14,7 +14,7 @@ from morello_build.codegen.views import CodegenError, View
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MATMUL, LogicalSpec
-from morello_build.kernels.base import Kernel, no_memory
+from morello_build.kernels.base import MEMORY_LEVELS, Kernel, no_memory
 from morello_build.kernels.emit_helpers import row_major_rows
 from morello_build.kernels.k_pairs import check_bf16_f32, k_pair_rows, paired_in_memory
 from morello_build.machine.target import Target
@@ -126,4 +126,5 @@ AMX_TILE_MATMUL = Kernel(
     cost=_cost,
     emit=_emit,
     dtypes=(BF16, BF16, F32),
+    levels=(MEMORY_LEVELS, MEMORY_LEVELS, MEMORY_LEVELS),  # `paired_in_memory`
 )

@@ -41,6 +41,19 @@ class Kernel:
     #: kernel only for Specs of these dtypes: most kernels are for one dtype, and asking
     #: every other kernel's `applies` was a tenth of synthesis (docs/internals.md).
     dtypes: tuple[Dtype, ...] | None = None
+    #: The levels each operand may be at, when `applies` admits only some: a necessary
+    #: condition of `applies`, checked before it, and the search lists the kernel only for
+    #: Specs whose operands are at these levels. The matmul kernels declare them: each
+    #: was asked of about every accumulating Matmul the search listed, and applied to 0.1%
+    #: (docs/internals.md, "Kernels listed by operand levels"). None: any level.
+    levels: tuple[frozenset[Level], ...] | None = None
+
+
+#: Operand levels of `Kernel.levels`: a scalar a kernel reads or writes directly
+#: (`scalar_here`), vector registers (`in_vectors`), memory (`Level.in_memory`).
+SCALAR_LEVELS = frozenset((Level.RF, Level.L1))
+VECTOR_LEVELS = frozenset((Level.VRF,))
+MEMORY_LEVELS = frozenset(lv for lv in Level if lv.in_memory)
 
 
 def regs(rf: int = 0, vrf: int = 0) -> Limits:

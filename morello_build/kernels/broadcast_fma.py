@@ -13,7 +13,15 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, LogicalSpec
-from morello_build.kernels.base import Kernel, in_vectors, regs, scalar_here, vectors
+from morello_build.kernels.base import (
+    SCALAR_LEVELS,
+    VECTOR_LEVELS,
+    Kernel,
+    in_vectors,
+    regs,
+    scalar_here,
+    vectors,
+)
 from morello_build.kernels.emit_helpers import (
     Members,
     is_full,
@@ -133,6 +141,8 @@ BROADCAST_VEC_MULT_ADD = Kernel(
     cost=_f32_cost,
     emit=_emit,
     dtypes=(F32, F32, F32),
+    # The broadcast scalar is A ("row") or B ("col"), the other one in vectors.
+    levels=(SCALAR_LEVELS | VECTOR_LEVELS, SCALAR_LEVELS | VECTOR_LEVELS, VECTOR_LEVELS),
 )
 
 BROADCAST_VEC_MULT_ADD_BF16 = Kernel(
@@ -143,4 +153,5 @@ BROADCAST_VEC_MULT_ADD_BF16 = Kernel(
     cost=_bf16_cost,
     emit=_emit,
     dtypes=(BF16, BF16, F32),
+    levels=(SCALAR_LEVELS, VECTOR_LEVELS, VECTOR_LEVELS),
 )

@@ -13,7 +13,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, LogicalSpec
-from morello_build.kernels.base import Kernel, regs, scalar_here
+from morello_build.kernels.base import SCALAR_LEVELS, Kernel, regs, scalar_here
 from morello_build.kernels.emit_helpers import memory_run, widen
 from morello_build.kernels.scalar import generic_matmul
 from morello_build.machine.isa import isa_includes
@@ -40,6 +40,10 @@ def accumulators(k: int, strip: int) -> int:
     """Independent vector accumulators a dot loop uses (hides FMA latency), up to 4."""
     steps = k // strip
     return next(c for c in (4, 3, 2, 1) if steps % c == 0)
+
+
+#: `_dot_shape`'s operand levels: both vectors read from L1, the output a scalar.
+DOT_LEVELS = (frozenset((Level.L1,)), frozenset((Level.L1,)), SCALAR_LEVELS)
 
 
 def _dot_shape(s: LogicalSpec) -> bool:
@@ -196,6 +200,7 @@ DOT_PRODUCT_LOOP = Kernel(
     cost=_f32_cost,
     emit=_emit_f32,
     dtypes=(F32, F32, F32),
+    levels=DOT_LEVELS,
 )
 
 DOT_PRODUCT_LOOP_BF16 = Kernel(
@@ -206,6 +211,7 @@ DOT_PRODUCT_LOOP_BF16 = Kernel(
     cost=_bf16_cost,
     emit=_emit_bf16,
     dtypes=(BF16, BF16, F32),
+    levels=DOT_LEVELS,
 )
 
 DOT_PRODUCT_LOOP_VDPBF16PS = Kernel(
@@ -216,4 +222,5 @@ DOT_PRODUCT_LOOP_VDPBF16PS = Kernel(
     cost=_vdpbf16_cost,
     emit=_emit_vdpbf16ps,
     dtypes=(BF16, BF16, F32),
+    levels=DOT_LEVELS,
 )

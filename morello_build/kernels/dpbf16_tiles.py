@@ -17,7 +17,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, LogicalSpec
-from morello_build.kernels.base import Kernel, regs
+from morello_build.kernels.base import MEMORY_LEVELS, Kernel, regs
 from morello_build.kernels.dot import vdpbf16ps_cost
 from morello_build.kernels.emit_helpers import row_major_rows
 from morello_build.kernels.k_pairs import check_bf16_f32, k_pair_rows, paired_in_memory
@@ -124,4 +124,5 @@ DPBF16_TILE = Kernel(
     cost=_cost,
     emit=_emit,
     dtypes=(BF16, BF16, F32),
+    levels=(MEMORY_LEVELS, MEMORY_LEVELS, MEMORY_LEVELS),  # `paired_in_memory`
 )

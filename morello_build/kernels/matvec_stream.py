@@ -20,7 +20,13 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import MATMUL, LogicalSpec
-from morello_build.kernels.base import Kernel, columns_contiguous, regs, rows_contiguous
+from morello_build.kernels.base import (
+    MEMORY_LEVELS,
+    Kernel,
+    columns_contiguous,
+    regs,
+    rows_contiguous,
+)
 from morello_build.kernels.emit_helpers import row_start, widen
 from morello_build.machine.isa import isa_includes
 from morello_build.machine.target import Target
@@ -43,6 +49,10 @@ STREAM_RUN_COST = 64
 STREAM_PREFETCH_AHEAD = 512
 STREAM_PREFETCH_MAX_STEP_BYTES = 128
 STREAM_PREFETCH_MIN_ROW = 4 * STREAM_PREFETCH_AHEAD
+
+
+#: `_one_row_streamed`'s operand levels: A in memory, B in main memory, the output in L1.
+STREAMED_LEVELS = (MEMORY_LEVELS, frozenset((Level.GL,)), frozenset((Level.L1,)))
 
 
 def _one_row_streamed(s: LogicalSpec, t: Target) -> bool:
@@ -222,6 +232,7 @@ def _vec_mat_rows(name: str, dtypes: tuple[Dtype, Dtype, Dtype]) -> Kernel:
         cost=_cost,
         emit=_emit,
         dtypes=dtypes,
+        levels=STREAMED_LEVELS,
     )
 
 
@@ -321,6 +332,7 @@ def _dot_rows(name: str, dtypes: tuple[Dtype, Dtype, Dtype]) -> Kernel:
         cost=_dot_rows_cost,
         emit=_dot_rows_emit,
         dtypes=dtypes,
+        levels=STREAMED_LEVELS,
     )
 
 

@@ -10,7 +10,7 @@ from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import CodegenError, View, coords
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.spec import MATMUL, MOVE, ZERO, LogicalSpec
-from morello_build.kernels.base import Kernel, io_cost, no_memory, scalar_here
+from morello_build.kernels.base import SCALAR_LEVELS, Kernel, io_cost, no_memory, scalar_here
 from morello_build.machine.target import Target
 
 F32, BF16 = Dtype.F32, Dtype.BF16
@@ -80,6 +80,7 @@ MULT_ADD = Kernel(
     memory=no_memory,
     cost=_mult_add_cost,
     emit=generic_matmul,
+    levels=(SCALAR_LEVELS, SCALAR_LEVELS, SCALAR_LEVELS),
 )
 
 
