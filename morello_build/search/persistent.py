@@ -324,9 +324,12 @@ class _AnswerValues:
         self.values: list[Value] = []
         # (numerator, denominator, peaks, depth, action, fingerprint) -> id; () is UNSAT.
         self._by_value: dict[tuple[int, ...], int] = {}
-        # (main, volume, peaks, depth, action index, id(action)) -> id, and id(action) ->
-        # fingerprint; `_actions` keeps those actions alive, so their ids stay unique.
-        self._by_answer: dict[tuple[int, ...], int] = {}
+        # (id(result), volume, id(action)) -> id, and id(action) -> fingerprint: the search
+        # shares one result object per distinct answer (`dp.Search`), so identities find
+        # repeats without hashing costs. `_actions` and `_results` keep those objects alive,
+        # so their ids stay unique.
+        self._by_answer: dict[tuple[int, int, int], int] = {}
+        self._results: list[object] = []
         self._fingerprints: dict[int, int] = {}
         self._actions: list[object] = []
 
@@ -334,12 +337,13 @@ class _AnswerValues:
         """The number of the value that stores `result` for `spec`."""
         if result is None:
             return self._number((), UNSAT)
-        c = result.cost
         action = listed_actions(spec, self.target)[result.action]
         vol = spec.volume
-        answer = (c.main, vol, *c.peaks, c.depth, result.action, id(action))
+        answer = (id(result), vol, id(action))
         found = self._by_answer.get(answer)
         if found is None:
+            self._results.append(result)
+            c = result.cost
             fp = self._fingerprints.get(id(action))
             if fp is None:
                 fp = self._fingerprints[id(action)] = action_fingerprint(action)

@@ -168,7 +168,8 @@ def test_a_kernel_takes_only_its_dtypes():
 
 def test_the_search_lists_kernels_of_the_specs_dtypes():
     """Over every Spec the battery's searches visit, the Selects listed are the registry's
-    kernels of the Spec's kind whose dtypes are undeclared or the Spec's, in registry order."""
+    kernels of the Spec's kind whose dtypes are undeclared or the Spec's and whose operand
+    levels are undeclared or hold the Spec's operands, in registry order."""
     checked = 0
     for isa, tune, text, _ in BATTERY:
         _impl(isa, tune, text)
@@ -178,7 +179,15 @@ def test_the_search_lists_kernels_of_the_specs_dtypes():
             listed = [
                 a.kernel for a in enumerate_actions(ls, search.target) if isinstance(a, Select)
             ]
-            want = [k.name for k in kernels_for(ls.kind) if k.dtypes in (None, dtypes)]
+            want = [
+                k.name
+                for k in kernels_for(ls.kind)
+                if k.dtypes in (None, dtypes)
+                and (
+                    k.levels is None
+                    or all(o.level in ok for o, ok in zip(ls.operands, k.levels, strict=True))
+                )
+            ]
             assert listed == want, ls
             checked += 1
     assert checked > 1000, checked
