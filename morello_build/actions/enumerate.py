@@ -63,7 +63,7 @@ from morello_build.actions.rows import (
     SplitScan,
     ToMaxAndDenominator,
 )
-from morello_build.actions.select import Select
+from morello_build.actions.select import Select, declared_fit, operand_dtypes_and_levels
 from morello_build.actions.tile import Split, TileOut, boundary_regions
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import WIDENINGS, Dtype
@@ -86,7 +86,7 @@ from morello_build.ir.spec import (
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
-from morello_build.kernels.base import Kernel, rows_contiguous
+from morello_build.kernels.base import rows_contiguous
 from morello_build.kernels.dpbf16_tiles import DPBF16_COLS, DPBF16_MIN_K
 from morello_build.kernels.k_pairs import AMX_PAIRS_DIMS, amx_pairs_layout
 from morello_build.kernels.registry import kernels_for
@@ -273,7 +273,7 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
     acts.extend(tilings)
     if spec.kind == MATMUL and spec.accum:
         acts.extend(_splits(spec.shape[2], tiles, dp_tiles))
-    acts.extend(_selects(spec.kind, *_dtypes_and_levels(spec)))
+    acts.extend(_selects(spec.kind, *operand_dtypes_and_levels(spec)))
     if spec.kind == MATMUL and not spec.accum:
         acts.append(ToAccum())
     return acts
@@ -290,30 +290,13 @@ def _splits(k: int, tiles: bool, dp_tiles: bool) -> tuple[Split, ...]:
     return tuple(Split(s) for s in splits)
 
 
-def _dtypes_and_levels(spec: LogicalSpec) -> tuple[tuple[Dtype, ...], tuple[Level, ...]]:
-    dtypes = []
-    levels = []
-    for o in spec.operands:
-        dtypes.append(o.dtype)
-        levels.append(o.level)
-    return tuple(dtypes), tuple(levels)
-
-
 @functools.cache
 def _selects(kind: str, dtypes: tuple[Dtype, ...], levels: tuple[Level, ...]) -> tuple[Select, ...]:
     """One Select per kernel of `kind` that takes operands of `dtypes` at `levels`
     (`Kernel.dtypes`, `Kernel.levels`), made once (actions are immutable values). A kernel
     left out would have had no plan, so the indices of the applicable plans, which the memo
     stores, do not change."""
-    return tuple(Select(k.name) for k in kernels_for(kind) if _may_take(k, dtypes, levels))
-
-
-def _may_take(kernel: Kernel, dtypes: tuple[Dtype, ...], levels: tuple[Level, ...]) -> bool:
-    """Whether operands of `dtypes` at `levels` pass `kernel`'s declared filters."""
-    if kernel.dtypes is not None and kernel.dtypes != dtypes:
-        return False
-    allowed = kernel.levels
-    return allowed is None or all(lv in ok for lv, ok in zip(levels, allowed, strict=True))
+    return tuple(Select(k.name) for k in kernels_for(kind) if declared_fit(k, dtypes, levels))
 
 
 def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
@@ -601,5 +584,5 @@ def _row_actions(spec: LogicalSpec, target: Target) -> list[Action]:
             acts.append(ToMaxAndDenominator())
     if spec.kind == SOFTMAX_DENOM_MAX and spec.accum:
         acts.extend(SplitScan(k) for k in _pow2_below(spec.shape[1]) if k >= MIN_SCAN_CHUNK)
-    acts.extend(_selects(spec.kind, *_dtypes_and_levels(spec)))
+    acts.extend(_selects(spec.kind, *operand_dtypes_and_levels(spec)))
     return acts
