@@ -40,7 +40,7 @@ from morello_build.search.dp import Progress, ReplayMismatch, Search
 from morello_build.search.memo_protocol import DictMemo, Memo
 from morello_build.search.persistent import PersistentMemo, make_memo
 from morello_build.search.persistent import cache_target_id as cache_target_id  # re-export
-from morello_build.search.session import release_plans_if_large, search_session
+from morello_build.search.session import search_session
 from morello_build.user_code import import_schedule, user_failure
 
 
@@ -242,8 +242,6 @@ def _synthesize(
         memo = DictMemo()
         search = Search(tgt, memo, progress=progress)
         impl = search.reconstruct(Spec(ls, tgt.max_limits))
-    if isinstance(memo, PersistentMemo):
-        release_plans_if_large()  # the program is built: the merge may have their memory
     memo.flush()
     if impl is None:
         raise NoImplementation(f"no implementation of {ls.text()} fits the {tgt.isa} target")

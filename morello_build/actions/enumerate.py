@@ -121,18 +121,15 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
     Plan children are interned (the rewrites build them with `ir.spec.canonical`), so the
     search can key its tables by identity.
     """
-    return tuple(zip(listed_actions(spec, target), plans_for(spec, target)))
+    _spec, actions, plans = _listed(spec, target, with_plans=True)
+    assert plans is not None
+    return tuple(zip(actions, plans))
 
 
 def plans_for(spec: LogicalSpec, target: Target) -> tuple[Plan, ...]:
     """The plans of `actions_for(spec, target)`, in its order."""
-    plans = _listed(spec, target)[2]
-    if plans is None:  # dropped by `release_plans`: list them again
-        spec = intern(spec)
-        found = _list(spec, target)
-        _CACHE[target][id(spec)] = found
-        plans = found[2]
-        assert plans is not None
+    plans = _listed(spec, target, with_plans=True)[2]
+    assert plans is not None
     return plans
 
 
@@ -142,7 +139,9 @@ def listed_actions(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
     return _listed(spec, target)[1]
 
 
-def _listed(spec: LogicalSpec, target: Target) -> Listed:
+def _listed(spec: LogicalSpec, target: Target, with_plans: bool = False) -> Listed:
+    """`spec`'s cached listing, made on first use; `with_plans`: listed again if
+    `release_plans` dropped its plans."""
     cache = _CACHE.setdefault(target, {})
     found = cache.get(id(spec))
     if found is None or found[0] is not spec:
@@ -150,7 +149,7 @@ def _listed(spec: LogicalSpec, target: Target) -> Listed:
         # nested hash `intern` costs on every memo miss).
         spec = intern(spec)
         found = cache.get(id(spec))
-    if found is None:
+    if found is None or (with_plans and found[2] is None):
         found = cache[id(spec)] = _list(spec, target)
     return found
 

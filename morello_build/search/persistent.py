@@ -15,7 +15,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from morello_build.actions.base import action_fingerprint
 from morello_build.actions.enumerate import listed_actions
@@ -56,6 +56,7 @@ from morello_build.search.memo_protocol import (
     find_box,
 )
 from morello_build.search.schema import schema_stamp
+from morello_build.search.session import release_plans_if_large
 
 #: A Spec's non-memory coordinates in its table (`coords.locate`).
 Point = tuple[int, ...]
@@ -132,7 +133,8 @@ class PersistentMemo(DictMemo):
         self._where: dict[int, tuple[LogicalSpec, str, tuple[int, ...]]] = {}
         # Table keys and points of `_where`, one object each (Specs share them: avx2 bf16
         # 256^3 has 157k Specs in 44k points of a few hundred tables).
-        self._shared: dict[object, object] = {}
+        self._keys: dict[str, str] = {}
+        self._points: dict[tuple[int, ...], tuple[int, ...]] = {}
         # The puts `sync` has not inserted yet, as three parallel lists (a tuple per put
         # would be 400k tuples in avx2 bf16 256^3).
         self._pending_specs: list[LogicalSpec] = []
@@ -173,9 +175,8 @@ class PersistentMemo(DictMemo):
         found = self._where.get(id(spec))
         if found is None or found[0] is not spec:
             key, pt = locate(spec)
-            shared = self._shared
-            key = cast(str, shared.setdefault(key, key))
-            pt = cast(tuple[int, ...], shared.setdefault(pt, pt))
+            key = self._keys.setdefault(key, key)
+            pt = self._points.setdefault(pt, pt)
             found = self._where[id(spec)] = (spec, key, pt)
         return found[1], found[2]
 
@@ -246,11 +247,16 @@ class PersistentMemo(DictMemo):
         Each put covers one Spec, i.e. one point of its table, and a box of memory limits,
         so they go in grouped by table and Spec, as short memory-coordinate boxes with one
         id per distinct value (`MemoTable.put_points`). A value is built once, and found
-        again by integer keys (no hashing of Fractions or actions per put)."""
-        pending = self.pending()
+        again by integer keys (no hashing of Fractions or actions per put).
+
+        Sync runs when a search is done: a large one's plans are dropped first
+        (`release_plans_if_large`; the merge reads only action lists), so the compressed
+        table reuses their memory instead of adding to the peak."""
         if not self._pending_specs:
             return
+        pending = self.pending()  # holds the lists until the grouping below is done
         self._pending_specs, self._pending_his, self._pending_results = [], [], []
+        release_plans_if_large()
         # Per table key: id(spec) -> (its point, its boxes (lo, hi, value id)), and global
         # value id -> the key's own id. A key's ids follow first use there, so each page
         # lists its values in the order one-by-one puts gave them (same page files).

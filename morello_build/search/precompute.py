@@ -41,7 +41,7 @@ from morello_build.memo.store import (
 from morello_build.search.dp import Search
 from morello_build.search.persistent import PersistentMemo, cache_target_id
 from morello_build.search.schema import schema_stamp
-from morello_build.search.session import release_plans_if_large, search_session
+from morello_build.search.session import search_session
 
 DTYPES = ("f32", "bf16")
 LAYOUTS_B = ("row", "col")
@@ -255,7 +255,6 @@ def solve_task(task: Task) -> TaskResult:
         for text in task.specs:
             search.solve(Spec(intern(parse_spec(text)), target.max_limits))
         keys = _solved_keys(memo)
-        release_plans_if_large()
         memo.sync()
         pages = tuple(_encoded_dirty(memo.store))
     return TaskResult(
