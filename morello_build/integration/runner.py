@@ -17,6 +17,7 @@ back until the step ends). With `jobs > 1` the kernels run in forked worker proc
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import queue
 import sys
@@ -38,6 +39,8 @@ from morello_build.integration.generate import (
     produce,
     source_files,
 )
+from morello_build.ir.spec import compose_stages
+from morello_build.ir.text import parse_spec
 from morello_build.search.dp import progress_text
 
 #: Seconds between two progress lines of one synthesis (the search reports every 2 s).
@@ -98,7 +101,8 @@ def run_kernels(
     on_output: Callable[[KernelOutput], None] | None = None,
     reporter: Reporter | None = None,
 ) -> list[KernelOutput]:
-    """Produce every request (up to `jobs` at once), in the order given.
+    """Produce every request (up to `jobs` at once) and return the outputs in the order
+    given. With several jobs the longest searches start first (`work_estimate`).
 
     `on_output` sees each kernel as soon as it is done. After a failure no other kernel
     starts; those running finish (and reach `on_output`), as build tools let running jobs
@@ -176,7 +180,9 @@ def _run_parallel(
 
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    pending = list(reqs)
+    # Longest first: a long search started last would run alone at the end while the
+    # other cores idle (docs/build-integration.md, "Kernels in parallel").
+    pending = sorted(reqs, key=work_estimate, reverse=True)
     running: dict[str, Any] = {}
     dead_since: dict[str, float] = {}
     error: str | None = None
@@ -226,6 +232,23 @@ def _run_parallel(
         err = GenerateError(first)
         err.detail = detail  # a failing schedule's traceback (their frames), if any
         raise err
+
+
+def work_estimate(req: KernelRequest) -> int:
+    """How long `req`'s cold synthesis takes, roughly, as a rank (not seconds).
+
+    A search lists the Specs below its kernel: tiles of every size the rewrites try per dim
+    (the powers of two below it and the whole dim), multiplied over the dims, for each stage
+    of a pipeline and each ISA. Only the order matters; a request that does not parse
+    ranks last (its job then reports why).
+    """
+    try:
+        spec = parse_spec(req.spec_text())
+    except MorelloError:
+        return 0
+    tiles = math.prod((d - 1).bit_length() + 1 for d in spec.shape)
+    stages = compose_stages(spec.kind)  # None: not a pipeline
+    return tiles * (len(stages) if stages else 1) * len(req.isas)
 
 
 def _first(error: str | None, new: str) -> str:

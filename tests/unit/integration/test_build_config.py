@@ -1121,6 +1121,65 @@ def test_parallel_generate_reports_every_kernel(
     assert {"ka.c", "kb.c", "kc.c", "manifest.json"} <= {p.name for p in out_dir.iterdir()}
 
 
+def test_work_estimate_ranks_longer_searches_higher() -> None:
+    """The parallel runner starts the longest searches first; its estimate grows with the
+    dims, a pipeline's stages and the ISAs, and a request that does not parse ranks last."""
+    from morello_build.integration.generate import KernelRequest
+    from morello_build.integration.runner import work_estimate
+
+    def est(spec: str, isas: tuple[str, ...] = ("avx2",)) -> int:
+        return work_estimate(KernelRequest("k", isas, spec=spec))
+
+    small = est("Matmul(1x4x4x4, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    big = est("Matmul(1x64x64x64, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    odd = est("Matmul(1x7x37x30, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    assert small < odd < big
+    pipe = est("Compose[Matmul,Relu](1x4x4x4, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    assert pipe == 2 * small
+    assert (
+        est("Matmul(1x4x4x4, f32:GL:row, f32:GL:row, f32:GL:row, serial)", ("avx2", "x86-64"))
+        == 2 * small
+    )
+    assert est("Matmul(1x4x4, f32:GL:row)") == 0
+
+
+def test_parallel_generate_starts_the_longest_search_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Declared small first, the pipeline starts first with --jobs 2; the outputs (files,
+    manifest order) keep the declaration order."""
+    from morello_build.integration.commands import generate_main
+
+    toml = """
+target = "x86-64"
+
+[[kernel]]
+name = "tiny"
+shape = [2, 2, 2]
+
+[[kernel]]
+name = "rows"
+op = "relu"
+shape = [2, 8]
+
+[[kernel]]
+name = "layer"
+expr = "relu(x @ w + b)"
+inputs = { x = [4, 8], w = [8, 4], b = [4] }
+"""
+    cfg = _write(tmp_path, toml, "morello.toml")
+    out_dir = tmp_path / "o"
+    code = generate_main(
+        ["--config", str(cfg), "--out-dir", str(out_dir), "--jobs", "2", "--no-cache"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    started = [ln.split()[2] for ln in err.splitlines() if ln.startswith("morello: kernel ")]
+    assert started == ["layer", "tiny", "rows"], err
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert [k["name"] for k in manifest["kernels"]] == ["tiny", "rows", "layer"]
+
+
 def test_build_step_uses_the_configured_tuning(
     tmp_path: Path,
     slow_api: list[dict[str, object]],
@@ -1188,9 +1247,10 @@ def test_build_step_failure_lets_running_kernels_finish(
     assert build_main([*args, "--jobs", "2", "--no-verify"]) == 2
     out, err = capsys.readouterr()
     assert err.splitlines()[-1] == f'error: {cfg}: [kernel] "kb": kb: no way'
-    assert out.startswith("ka: ")
-    assert (out_dir / "ka.c").is_file() and (out_dir / ".stamp" / "ka.stamp").is_file()
-    assert not (out_dir / "kc.c").exists() and "kernel kc" not in err
+    # kb and kc (4x8x4 and 8x4x4) outrank ka (4x4x4), so they start first (work_estimate).
+    assert out.startswith("kc: ")
+    assert (out_dir / "kc.c").is_file() and (out_dir / ".stamp" / "kc.stamp").is_file()
+    assert not (out_dir / "ka.c").exists() and "kernel ka" not in err
 
 
 def test_generate_row_ops_then_all_cache_hits(
