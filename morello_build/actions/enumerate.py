@@ -86,7 +86,6 @@ from morello_build.ir.spec import (
 )
 from morello_build.ir.tensorspec import TensorSpec, make_tensor, padded_axis
 from morello_build.kernels.amx import AMX_K_STEP, AMX_TILE
-from morello_build.kernels.base import rows_contiguous
 from morello_build.kernels.dpbf16_tiles import DPBF16_COLS, DPBF16_MIN_K
 from morello_build.kernels.k_pairs import AMX_PAIRS_DIMS, amx_pairs_layout
 from morello_build.kernels.registry import kernels_for
@@ -255,11 +254,10 @@ def enumerate_actions(spec: LogicalSpec, target: Target) -> list[Action]:
         if spec.kind == MATMUL and not spec.accum and i != spec.output_index and not tiles:
             # Inputs of a non-accumulating Matmul get only cache views (no copies), so a
             # view can be hoisted above the zero-then-accumulate split. A one-thread
-            # Matmul may also pack B into GL panels there (or into L1 when B is stored by
-            # columns), so that whole-k register tiles zero C in registers; a Spec that
-            # may still run threads does not (both measured: docs/cost-model.md, "Packing
-            # B above the zero"). (On AMX tiles the kernel itself zeroes C, so B may be
-            # packed above it.)
+            # Matmul may also pack B into GL panels or into L1 there, so that whole-k
+            # register tiles zero C in registers; a Spec that may still run threads does
+            # not (both measured: docs/cost-model.md, "Packing B above the zero"). (On AMX
+            # tiles the kernel itself zeroes C, so B may be packed above it.)
             moves = _hoistable(spec, moves)
         if tiles or dp_tiles:
             moves = [m for m in moves if _stays_on_tiles(spec, m)]
@@ -313,15 +311,13 @@ def _hoistable(spec: LogicalSpec, moves: Sequence[Action]) -> list[Action]:
 
 
 def _packs_rhs(spec: LogicalSpec, move: Action) -> bool:
-    """A copy of B into GL panels (or another GL layout); or into L1 when B is stored by
-    columns (`w.T`, `k.T`), whose copy transposes it and is never a view: then the
-    scores of `q @ k.T` zero in registers instead of a memset of the whole score matrix
-    and a reload (docs/cost-model.md, "Packing B above the zero")."""
+    """A copy of B into GL panels (or another GL layout), or into L1: then the register
+    tiles below zero C in registers, where a zero-then-accumulate split above the L1 copy
+    zeroes a whole column strip of C in memory and reloads it (the scores of `q @ k.T`, a
+    2048x128x2048 GEMM: docs/cost-model.md, "Packing B above the zero")."""
     if not isinstance(move, Move) or move.operand != 1:
         return False
-    return move.level is Level.GL or (
-        move.level is Level.L1 and not rows_contiguous(spec.operands[1])
-    )
+    return move.level is Level.GL or move.level is Level.L1
 
 
 def _is_view(spec: LogicalSpec, move: Action) -> bool:
