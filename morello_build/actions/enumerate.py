@@ -138,6 +138,14 @@ def listed_actions(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
     return _listed(spec, target)[1]
 
 
+def action_and_plan(spec: LogicalSpec, target: Target, index: int) -> tuple[Action, Plan]:
+    """The `index`-th action of `spec`'s listing and its plan, from one lookup (what
+    rebuilding a stored answer needs)."""
+    _spec, actions, plans = _listed(spec, target, with_plans=True)
+    assert plans is not None
+    return actions[index], plans[index]
+
+
 def _listed(spec: LogicalSpec, target: Target, with_plans: bool = False) -> Listed:
     """`spec`'s cached listing, made on first use; `with_plans`: listed again if
     `release_plans` dropped its plans."""

@@ -206,6 +206,18 @@ def _runs(
     return first, stride
 
 
+def _plane_point(rank: int, a_axis: int, b_axis: int) -> Callable[[int, int], tuple[int, ...]]:
+    """`at(a, b)`: the rank-`rank` point at `a` along `a_axis` and `b` along `b_axis`, 0 on
+    every other axis (a block transpose moves values within that plane)."""
+
+    def at(a: int, b: int) -> tuple[int, ...]:
+        p = [0] * rank
+        p[a_axis], p[b_axis] = a, b
+        return tuple(p)
+
+    return at
+
+
 def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     """One helper call per block: the source's runs a constant stride apart, the
     destination's too. Element by element where the views do not have that shape (the
@@ -215,13 +227,7 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     if axes is None:
         raise CodegenError(f"no block transpose applies to {spec.text()}")
     sa, da = axes
-    rank = len(spec.shape)
-
-    def at(along_src: int, along_dst: int) -> tuple[int, ...]:
-        p = [0] * rank
-        p[sa], p[da] = along_src, along_dst
-        return tuple(p)
-
+    at = _plane_point(len(spec.shape), sa, da)  # (along the source axis, along the destination's)
     src, dst = views
     # source run r: the values at dst-axis index r, along the source axis; destination run r:
     # the values at source-axis index r, along the destination axis
@@ -311,13 +317,7 @@ def _pairs_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
     if axes is None:
         raise CodegenError(f"no k-pair transpose applies to {spec.text()}")
     ka, na = axes
-    rank = len(spec.shape)
-
-    def at(k: int, n: int) -> tuple[int, ...]:
-        p = [0] * rank
-        p[ka], p[na] = k, n
-        return tuple(p)
-
+    at = _plane_point(len(spec.shape), ka, na)  # (k, n)
     src, dst = views
     s_runs = _runs(ctx, src, lambda r, j: at(j, r), 2 * lanes, ka)
     aligned = dst.buf.kind == MEM and _aligned(dst, ka, 2 * lanes) and _aligned(dst, na, lanes)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from morello_build.actions.base import Plan
-from morello_build.actions.enumerate import listed_actions, plans_for
+from morello_build.actions.enumerate import action_and_plan, plans_for
 from morello_build.impl.cost import Cost
 from morello_build.impl.nodes import Impl
 from morello_build.ir.limits import (
@@ -329,8 +329,7 @@ class Search:
         found = self.memo.get(ls, limits)
         r = found.result if found is not None else self._solve(ls, limits).result
         assert isinstance(r, Solution), f"no solution stored for {ls} at {limits}"
-        action = listed_actions(ls, self.target)[r.action]
-        plan = plans_for(ls, self.target)[r.action]
+        action, plan = action_and_plan(ls, self.target, r.action)
         child_limits = subtract(limits, plan.own) if plan.own != ZERO else limits
         assert child_limits is not None
         children = tuple(self._rebuild(c, child_limits) for c in plan.children)
