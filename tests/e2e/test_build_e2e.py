@@ -122,8 +122,18 @@ def test_pip_install_example_project_cold_then_warm(tmp_path: Path) -> None:
     # pip -v shows the build step as it goes: a line per kernel as it starts, a summary.
     for k in KERNELS:
         assert re.search(rf"^\s*morello: kernel {k} \(", cold_log, re.M), cold_log[-5000:]
+    # Cold: most are synthesized; a kernel that another kernel of this build solved as a
+    # sub-problem (they start longest first and share the cache as each finishes) may come
+    # from the cache, as `proj` (a 16^3 product inside the pipelines) does.
     n = len(KERNELS)
-    assert re.search(rf"^\s*morello: {n} kernels in [0-9.]+ s: {n} synthesized", cold_log, re.M)
+    summary = re.search(
+        rf"^\s*morello: {n} kernels in [0-9.]+ s: (\d+) synthesized, (\d+) from the cache",
+        cold_log,
+        re.M,
+    )
+    assert summary is not None, cold_log[-5000:]
+    synthesized, hits = map(int, summary.groups())
+    assert synthesized + hits == n and synthesized >= n - 2, summary.group(0)
 
     out, _ = run(
         [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(example / "tests")], env, tmp_path
