@@ -120,16 +120,12 @@ def actions_for(spec: LogicalSpec, target: Target) -> ActionPlans:
     Plan children are interned (the rewrites build them with `ir.spec.canonical`), so the
     search can key its tables by identity.
     """
-    _spec, actions, plans = _listed(spec, target, with_plans=True)
-    assert plans is not None
-    return tuple(zip(actions, plans))
+    return tuple(zip(*_actions_and_plans(spec, target)))
 
 
 def plans_for(spec: LogicalSpec, target: Target) -> tuple[Plan, ...]:
     """The plans of `actions_for(spec, target)`, in its order."""
-    plans = _listed(spec, target, with_plans=True)[2]
-    assert plans is not None
-    return plans
+    return _actions_and_plans(spec, target)[1]
 
 
 def listed_actions(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
@@ -141,9 +137,17 @@ def listed_actions(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
 def action_and_plan(spec: LogicalSpec, target: Target, index: int) -> tuple[Action, Plan]:
     """The `index`-th action of `spec`'s listing and its plan, from one lookup (what
     rebuilding a stored answer needs)."""
+    actions, plans = _actions_and_plans(spec, target)
+    return actions[index], plans[index]
+
+
+def _actions_and_plans(
+    spec: LogicalSpec, target: Target
+) -> tuple[tuple[Action, ...], tuple[Plan, ...]]:
+    """`spec`'s listed actions and their plans (listed again if they were dropped)."""
     _spec, actions, plans = _listed(spec, target, with_plans=True)
     assert plans is not None
-    return actions[index], plans[index]
+    return actions, plans
 
 
 def _listed(spec: LogicalSpec, target: Target, with_plans: bool = False) -> Listed:
@@ -315,17 +319,17 @@ def _stays_on_tiles(spec: LogicalSpec, move: Action) -> bool:
 def _hoistable(spec: LogicalSpec, moves: Sequence[Action]) -> list[Action]:
     """The moves a non-accumulating Matmul's inputs (or a pipeline's head inputs) get:
     cache views, and on one thread B packed (`_packs_rhs`; reasons in `enumerate_actions`)."""
-    return [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(spec, m))]
+    return [m for m in moves if _is_view(spec, m) or (spec.serial and _packs_rhs(m))]
 
 
-def _packs_rhs(spec: LogicalSpec, move: Action) -> bool:
+def _packs_rhs(move: Action) -> bool:
     """A copy of B into GL panels (or another GL layout), or into L1: then the register
     tiles below zero C in registers, where a zero-then-accumulate split above the L1 copy
     zeroes a whole column strip of C in memory and reloads it (the scores of `q @ k.T`, a
     2048x128x2048 GEMM: docs/cost-model.md, "Packing B above the zero")."""
     if not isinstance(move, Move) or move.operand != 1:
         return False
-    return move.level is Level.GL or move.level is Level.L1
+    return move.level in (Level.GL, Level.L1)
 
 
 def _is_view(spec: LogicalSpec, move: Action) -> bool:
