@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
-import math
 import os
 import re
 import secrets
@@ -47,7 +47,6 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -467,6 +466,12 @@ def _encode_value(v: Value, memory_dims: int) -> bytes:
     )
 
 
+@functools.cache
+def _little_endian(fmt: str) -> struct.Struct:
+    """The compiled little-endian struct for `fmt` (pages repeat a handful of formats)."""
+    return struct.Struct("<" + fmt)
+
+
 class _Reader:
     """Bounds-checked cursor over a bytes buffer; every overrun is a PageFormatError."""
 
@@ -485,7 +490,7 @@ class _Reader:
         return b
 
     def unpack(self, fmt: str) -> tuple[int, ...]:
-        s = struct.Struct("<" + fmt)
+        s = _little_endian(fmt)
         return s.unpack(self.take(s.size))
 
     def string(self) -> str:
@@ -598,14 +603,16 @@ def _decode_value(r: _Reader, mdims: int) -> Value:
     den = r.uint()
     if den <= 0:
         raise PageFormatError("intensity denominator is zero")
-    if math.gcd(num, den) != 1:
-        raise PageFormatError("intensity is not in lowest terms")
-    peaks = r.unpack(f"{mdims}Q")
-    depth, action, fingerprint = r.unpack("III")
+    *peaks, depth, action, fingerprint = r.unpack(f"{mdims}QIII")
     if any(p >= MAX_PEAK for p in peaks) or depth >= MAX_DEPTH or action >= MAX_ACTION:
         raise PageFormatError(f"value out of range: peaks={peaks}, depth={depth}, action={action}")
     assert fingerprint < MAX_FINGERPRINT  # a u32
-    return MemoValue(Fraction(num, den), tuple(peaks), depth, action, fingerprint)
+    # Plain ints from struct, range-checked above: the generic constructor's normalization
+    # of every field would only repeat that.
+    value = MemoValue.of_answer(num, den, tuple(peaks), depth, action, fingerprint)
+    if value.intensity.denominator != den:  # Fraction reduced it
+        raise PageFormatError("intensity is not in lowest terms")
+    return value
 
 
 #: What identifies one version of a page file: (device, inode, size, mtime and ctime in ns).

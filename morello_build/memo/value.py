@@ -92,6 +92,14 @@ class MemoValue:
     action: int  # index into the Spec's deterministic action list
     fingerprint: int = 0  # 32-bit digest of the action at that index (see the module doc)
 
+    def __hash__(self) -> int:
+        # Intensities are in lowest terms, so equal values have equal numerators and
+        # denominators; hashing those skips Fraction's modular inverse (pages hash every value).
+        i = self.intensity
+        return hash(
+            (i.numerator, i.denominator, self.peaks, self.depth, self.action, self.fingerprint)
+        )
+
     def __post_init__(self) -> None:
         # Validate (and normalize numpy ints to int) once at construction, so every stored
         # value can be hashed consistently, encoded and decoded.
