@@ -8,6 +8,7 @@ tolerance and why it is sharp) are in `morello_build.harness.verify`'s docstring
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,12 +48,20 @@ _EXACT_LHS_EXP, _EXACT_RHS_EXP = -7, -3
 
 def f32_to_bf16_bits(x: NDArray[Any]) -> NDArray[np.uint16]:
     """Round f32 values to bf16 (nearest, ties to even) and return the bit patterns."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    lsb = (bits >> np.uint64(16)) & np.uint64(1)
-    rounded = (bits + np.uint64(0x7FFF) + lsb) >> np.uint64(16)
-    nan = np.isnan(np.asarray(x, dtype=np.float32))
-    quiet = (bits >> np.uint64(16)) | np.uint64(0x0040)
-    return np.where(nan, quiet, rounded).astype(np.uint16)
+    f = np.ascontiguousarray(x, dtype=np.float32)
+    bits = f.view(np.uint32)
+    # bits + 0x7FFF + (bit 16) in place on one uint32 array: only NaNs (replaced below) can
+    # wrap, since the largest finite or infinite pattern plus 0x8000 stays below 2^32.
+    rounded = bits >> 16
+    rounded &= 1
+    rounded += 0x7FFF
+    rounded += bits
+    rounded >>= 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        out[nan] = ((bits[nan] >> 16) | 0x0040).astype(np.uint16)  # quiet, sign kept
+    return out
 
 
 def bf16_bits_to_f32(bits: NDArray[Any]) -> NDArray[np.float32]:
@@ -90,10 +99,11 @@ def random_logical(op: OperandABI, rng: np.random.Generator) -> NDArray[Any]:
 
 
 def _nonzero_ints(rng: np.random.Generator, shape: tuple[int, ...], top: int) -> NDArray[Any]:
-    """Integers in [-top, -1] U [1, top], as float64."""
-    mag = rng.integers(1, top + 1, size=shape, dtype=np.int64)
-    sign = rng.integers(0, 2, size=shape, dtype=np.int64) * 2 - 1
-    return (mag * sign).astype(np.float64)
+    """Integers in [-top, -1] U [1, top], as float64 (one draw each: [-top, top) with the
+    non-negative ones moved up by one)."""
+    ints = rng.integers(-top, top, size=shape, dtype=np.int64)
+    ints += ints >= 0
+    return ints.astype(np.float64)
 
 
 def exact_logical(abi: KernelABI, rng: np.random.Generator) -> dict[str, NDArray[Any]]:
@@ -185,28 +195,69 @@ def _matmul_operands(abi: KernelABI) -> tuple[OperandABI, OperandABI, OperandABI
     return lhs, rhs, out
 
 
-def _lowest_bit_exponent(x: NDArray[np.float64]) -> int | None:
-    """Largest e with every value a multiple of 2^e (None: all zero; raises if non-finite)."""
-    nz = x[x != 0]
-    if nz.size == 0:
-        return None
-    if not np.isfinite(nz).all():
+#: `_lowest_bits` markers: a zero (no set bit) and a non-finite value.
+_ZERO_MARK, _NONFINITE_MARK = 1 << 20, -(1 << 20)
+
+
+def _lowest_bits(bits: NDArray[np.uint32]) -> NDArray[np.int32]:
+    """Per f32 bit pattern, the exponent of the value's lowest set bit: a value with biased
+    exponent E and significand S (the implicit bit included unless E = 0) is
+    S * 2^(max(E, 1) - 150), so that bit is 2^(max(E, 1) - 150 + ctz(S)). Zeros and
+    non-finite values get `_ZERO_MARK` and `_NONFINITE_MARK`."""
+    mag = bits & np.uint32(0x7FFFFFFF)  # the sign does not matter
+    biased = (mag >> 23).astype(np.int32)
+    sig = mag & np.uint32(0x7FFFFF)
+    sig |= np.minimum(biased, 1).astype(np.uint32) << 23
+    low = sig & (~sig + np.uint32(1))  # the lowest set bit, below 2^24 (exact in f32)
+    exp = (low.astype(np.float32).view(np.uint32) >> 23).astype(np.int32)
+    exp += np.maximum(biased, 1) - (127 + 150)
+    exp[mag == 0] = _ZERO_MARK
+    exp[biased == 0xFF] = _NONFINITE_MARK
+    return exp
+
+
+@functools.cache
+def _bf16_lowest_bits() -> NDArray[np.int32]:
+    """`_lowest_bits` of all 65536 bf16 patterns: a bf16 operand is then one table lookup
+    per element instead of a dozen passes over its widened bits."""
+    patterns = np.arange(1 << 16, dtype=np.uint32)
+    patterns <<= 16
+    return _lowest_bits(patterns)
+
+
+def _lowest_bit_exponent(op_dtype: str, storage: NDArray[Any]) -> int | None:
+    """Largest e with every value of float storage (f32 values, bf16 bit patterns) a
+    multiple of 2^e (None: all zero; raises ValueError if one is not finite)."""
+    if op_dtype == "bf16":
+        lows = _bf16_lowest_bits()[np.asarray(storage, dtype=np.uint16)]
+    elif op_dtype == "f32":
+        lows = _lowest_bits(np.ascontiguousarray(storage, dtype=np.float32).view(np.uint32))
+    else:
+        raise ValueError(f"not a float dtype: {op_dtype}")
+    low = int(np.min(lows, initial=_ZERO_MARK))
+    if low == _NONFINITE_MARK:
         raise ValueError("non-finite")
-    mant, exp = np.frexp(nz)  # nz = mant * 2^exp, 0.5 <= |mant| < 1
-    ints = np.abs(mant * 2.0**53).astype(np.int64)  # exact: float64 has 53 bits
-    low = ints & -ints  # lowest set bit, a power of two
-    return int(np.min(exp - 53 + np.frexp(low.astype(np.float64))[1] - 1))
+    return None if low == _ZERO_MARK else low
 
 
-def _exact_unit(a: NDArray[np.float64], b: NDArray[np.float64], c0: NDArray[Any] | None) -> bool:
+def _exact_unit(
+    abi: KernelABI,
+    logical: Mapping[str, NDArray[Any]],
+    a: NDArray[np.float64],
+    b: NDArray[np.float64],
+    c0: NDArray[Any] | None,
+) -> bool:
     """True when every product and every partial sum of any subset of the terms of every
     output element is an exact f32: all terms are multiples of one power of two 2^e, no
     input, term or nonzero partial sum is below FLT_MIN (so flush-to-zero and
     denormals-are-zero change nothing) and ``K max|a| max|b| + max|c0| <= 2^(e + 24)``.
-    Then any summation order, FMA or not, gives the exact result."""
+    Then any summation order, FMA or not, gives the exact result. `a`, `b` and `c0` are
+    the decoded values of the storage arrays in `logical`."""
+    lhs, rhs, out = _matmul_operands(abi)
     try:
-        ea, eb = _lowest_bit_exponent(a), _lowest_bit_exponent(b)
-        ec = _lowest_bit_exponent(c0) if c0 is not None else None
+        ea = _lowest_bit_exponent(lhs.dtype, logical[lhs.name])
+        eb = _lowest_bit_exponent(rhs.dtype, logical[rhs.name])
+        ec = _lowest_bit_exponent(out.dtype, logical[out.name]) if c0 is not None else None
     except ValueError:
         return False
     units = [e for e in ((None if ea is None or eb is None else ea + eb), ec) if e is not None]
@@ -249,13 +300,13 @@ def reference_output(
             if c0 is not None:
                 prod = prod + c0
             return Expected(decode(out.dtype, encode(out.dtype, prod)), None, 0.0, 0.0)
-        a, b = a.astype(np.float64), b.astype(np.float64)
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         exact = np.matmul(a, b)
         scale = np.matmul(np.abs(a), np.abs(b))
         if c0 is not None:
             exact = exact + c0
             scale = scale + np.abs(c0)
-        if _exact_unit(a, b, c0):
+        if _exact_unit(abi, logical, a, b, c0):
             return Expected(exact, scale, 0.0, 0.0)
         n = lhs.shape[-1] + (1 if c0 is not None else 0)
         return Expected(exact, scale, float_matmul_coeff(n, statistical=statistical), n * _FLT_MIN)

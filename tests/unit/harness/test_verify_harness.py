@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+import morello_build.harness.arrays as arrays_mod
 import morello_build.harness.verify as verify_mod
 from morello_build.codegen.abi import GeneratedKernel, KernelABI, OperandABI
 from morello_build.errors import MorelloError
@@ -40,6 +42,40 @@ def test_bf16_round_trip_matches_ml_dtypes() -> None:
         bf16_bits_to_f32(mine), theirs.view(ml_dtypes.bfloat16).astype(np.float32)
     )
     assert np.isnan(bf16_bits_to_f32(f32_to_bf16_bits(np.array([np.nan], np.float32))))[0]
+
+
+def _lowest_bit_reference(values: np.ndarray) -> int | None:
+    """Per element with math.frexp: the exponent of each nonzero value's lowest set bit."""
+    lows = []
+    for v in values.astype(np.float64).ravel().tolist():
+        if v == 0.0:
+            continue
+        mant, exp = math.frexp(abs(v))  # abs(v) = mant * 2^exp, mant in [0.5, 1)
+        digits = int(mant * 2.0**53)  # exact: float64 has 53 significand bits
+        lows.append(exp - 53 + (digits & -digits).bit_length() - 1)
+    return min(lows) if lows else None
+
+
+def test_lowest_bit_exponent_of_f32_and_bf16_storage() -> None:
+    rng = np.random.default_rng(7)
+    tiny = np.float32(2.0**-149)
+    cases = [
+        rng.standard_normal(513).astype(np.float32) * 1e3,
+        np.array([0.0, -0.0, 3.0, -6.0, 0.75], np.float32),
+        np.array([tiny, 1e-40, -3 * tiny], np.float32),  # subnormals
+        np.array([2.0**100, -(2.0**-126)], np.float32),
+        (rng.integers(1, 257, 64) * 2.0**-7).astype(np.float32),  # the exact run's lhs
+    ]
+    for x in cases:
+        assert arrays_mod._lowest_bit_exponent("f32", x) == _lowest_bit_reference(x)
+        bits = f32_to_bf16_bits(x)
+        assert arrays_mod._lowest_bit_exponent("bf16", bits) == _lowest_bit_reference(
+            bf16_bits_to_f32(bits)
+        )
+    assert arrays_mod._lowest_bit_exponent("f32", np.zeros(3, np.float32)) is None
+    for bad in (np.inf, -np.inf, np.nan):
+        with pytest.raises(ValueError):
+            arrays_mod._lowest_bit_exponent("f32", np.array([1.0, bad], np.float32))
 
 
 def test_physical_layout_round_trip() -> None:
