@@ -68,24 +68,29 @@ def mypycify_in_child(
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(read_end)
-        reply: dict[str, object]
+    if pid == 0:  # the child: whatever happens, it ends here with os._exit
+        code = 1
         try:
-            from mypyc.build import mypycify
-
+            os.close(read_end)
+            reply: dict[str, object]
             try:
-                exts = mypycify(paths, group_name="morello_build_core", **options)
-            except TypeError:  # older mypy (1.13) has no group_name: the library gets a hash
-                exts = mypycify(paths, **options)
-            reply = {"extensions": [{k: getattr(e, k) for k in EXTENSION_FIELDS} for e in exts]}
-        except (Exception, SystemExit) as exc:  # mypyc exits on type errors
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        with os.fdopen(write_end, "w") as pipe:
-            json.dump(reply, pipe)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+                from mypyc.build import mypycify
+
+                try:
+                    exts = mypycify(paths, group_name="morello_build_core", **options)
+                except TypeError:  # older mypy (1.13) has no group_name: the library gets a hash
+                    exts = mypycify(paths, **options)
+                fields = [{k: getattr(e, k) for k in EXTENSION_FIELDS} for e in exts]
+                reply = {"extensions": fields}
+            except (Exception, SystemExit) as exc:  # mypyc exits on type errors
+                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            with os.fdopen(write_end, "w") as pipe:
+                json.dump(reply, pipe)
+            code = 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
     os.close(write_end)
     with os.fdopen(read_end) as pipe:
         text = pipe.read()
