@@ -220,9 +220,8 @@ def _lowest_bits(bits: NDArray[np.uint32]) -> NDArray[np.int32]:
 def _bf16_lowest_bits() -> NDArray[np.int32]:
     """`_lowest_bits` of all 65536 bf16 patterns: a bf16 operand is then one table lookup
     per element instead of a dozen passes over its widened bits."""
-    patterns = np.arange(1 << 16, dtype=np.uint32)
-    patterns <<= 16
-    return _lowest_bits(patterns)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    return _lowest_bits(bf16_bits_to_f32(every).view(np.uint32))
 
 
 def _lowest_bit_exponent(op_dtype: str, storage: NDArray[Any]) -> int | None:
@@ -241,7 +240,7 @@ def _lowest_bit_exponent(op_dtype: str, storage: NDArray[Any]) -> int | None:
 
 
 def _exact_unit(
-    abi: KernelABI,
+    operands: tuple[OperandABI, OperandABI, OperandABI],
     logical: Mapping[str, NDArray[Any]],
     a: NDArray[np.float64],
     b: NDArray[np.float64],
@@ -252,8 +251,8 @@ def _exact_unit(
     input, term or nonzero partial sum is below FLT_MIN (so flush-to-zero and
     denormals-are-zero change nothing) and ``K max|a| max|b| + max|c0| <= 2^(e + 24)``.
     Then any summation order, FMA or not, gives the exact result. `a`, `b` and `c0` are
-    the decoded values of the storage arrays in `logical`."""
-    lhs, rhs, out = _matmul_operands(abi)
+    the decoded values of the storage arrays in `logical` of the `(lhs, rhs, out)` operands."""
+    lhs, rhs, out = operands
     try:
         ea = _lowest_bit_exponent(lhs.dtype, logical[lhs.name])
         eb = _lowest_bit_exponent(rhs.dtype, logical[rhs.name])
@@ -306,7 +305,7 @@ def reference_output(
         if c0 is not None:
             exact = exact + c0
             scale = scale + np.abs(c0)
-        if _exact_unit(abi, logical, a, b, c0):
+        if _exact_unit((lhs, rhs, out), logical, a, b, c0):
             return Expected(exact, scale, 0.0, 0.0)
         n = lhs.shape[-1] + (1 if c0 is not None else 0)
         return Expected(exact, scale, float_matmul_coeff(n, statistical=statistical), n * _FLT_MIN)

@@ -57,7 +57,7 @@ import platformdirs
 
 from .boxes import Coords, Page, TupleBox, find_overlap
 from .table import MemoTable
-from .value import MAX_ACTION, MAX_DEPTH, MAX_FINGERPRINT, MAX_PEAK, UNSAT, MemoValue, Value
+from .value import UNSAT, MemoValue, Value
 
 __all__ = [
     "FORMAT_VERSION",
@@ -601,15 +601,13 @@ def _decode_value(r: _Reader, mdims: int) -> Value:
         raise PageFormatError(f"unknown value kind {kind}")
     num = r.uint()
     den = r.uint()
-    if den <= 0:
+    if den == 0:
         raise PageFormatError("intensity denominator is zero")
     *peaks, depth, action, fingerprint = r.unpack(f"{mdims}QIII")
-    if any(p >= MAX_PEAK for p in peaks) or depth >= MAX_DEPTH or action >= MAX_ACTION:
-        raise PageFormatError(f"value out of range: peaks={peaks}, depth={depth}, action={action}")
-    assert fingerprint < MAX_FINGERPRINT  # a u32
-    # Plain ints from struct, range-checked above: the generic constructor's normalization
-    # of every field would only repeat that.
-    value = MemoValue.of_answer(num, den, tuple(peaks), depth, action, fingerprint)
+    try:  # the range checks of an answer: struct gave plain ints, nothing to normalize
+        value = MemoValue.of_answer(num, den, tuple(peaks), depth, action, fingerprint)
+    except ValueError as e:
+        raise PageFormatError(f"value out of range: {e}") from None
     if value.intensity.denominator != den:  # Fraction reduced it
         raise PageFormatError("intensity is not in lowest terms")
     return value
