@@ -196,6 +196,71 @@ def _loader(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
     return name
 
 
+#: How far (bytes, modulo 1 MiB) `out` may lie ahead of an input before a forward loop's
+#: loads of the input wait on its own recent stores to `out` and the backward loop is
+#: faster. On the Emerald Rapids host a load waits on an older store whose address matches
+#: it in bits 0-19 (1 MiB), not only 0-11: exp rows 5x slower forward with out 16 bytes
+#: ahead modulo 1 MiB, unaffected modulo 4 KiB alone (where the backward loop lost up to
+#: 1.5x). Rows with exps (exp, gelu, silu, softmax's passes) run faster backward up to 256
+#: bytes ahead and about as fast to 383; rows of one add, multiply or max (relu, the
+#: broadcasts) faster backward below 128 bytes, slower beyond. docs/softmax.md, "Arrays a
+#: few bytes apart".
+STORE_AHEAD_WINDOW = 384
+LIGHT_STORE_AHEAD_WINDOW = 128
+
+_STORES_AHEAD = (
+    "/* Whether out lies less than `window` bytes ahead of x modulo 1 MiB (as when out was\n"
+    "   allocated right after an x of a whole number of MiB): a forward loop's loads of x\n"
+    "   would match address bits 0-19 of its own recent stores to out and wait for them,\n"
+    '   2-4x slower; such rows run backward (docs/softmax.md, "Arrays a few bytes\n'
+    '   apart"). */\n'
+    "static inline int mb_stores_ahead(const void *x, const void *out, unsigned window) {\n"
+    "    const uintptr_t d = ((uintptr_t)out - (uintptr_t)x) & 0xfffffu;\n"
+    "    return d != 0 && d < window;\n"
+    "}\n"
+)
+
+
+def _stores_ahead(
+    ctx: Ctx, dtype: Dtype, inputs: tuple[str, ...] = ("x",), window: int = STORE_AHEAD_WINDOW
+) -> str | None:
+    """The C condition under which a row function storing `out` from `inputs` runs its
+    vector loop backward; None for bf16 rows, whose `out` advances twice as fast as `x`, so
+    that every direction meets the window somewhere along a row."""
+    if dtype != F32:
+        return None
+    _use(ctx, "va_stores_ahead", _STORES_AHEAD)
+    return " || ".join(f"mb_stores_ahead({p}, out, {window})" for p in inputs)
+
+
+def _indent(c: str) -> str:
+    """C lines one level deeper (preprocessor lines stay in column 0)."""
+    return "".join(
+        f"    {line}" if line.strip() and not line.startswith("#") else line
+        for line in c.splitlines(True)
+    )
+
+
+def _vector_loop(lanes: int, body: str, backward_if: str | None) -> str:
+    """C of the whole-vector loop of an elementwise row function: `body` (statements at
+    `i`, indented 8) over every whole vector, forward, or backward when `backward_if` holds
+    (each element is computed alone, so the order changes no value); `i` ends at the first
+    element after the whole vectors."""
+    forward = f"for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
+    if backward_if is None:
+        return f"    {forward}{body}    }}\n"
+    inner = _indent(body)
+    return (
+        f"    if ({backward_if}) {{\n"
+        f"        const int64_t end = n - n % {lanes};\n"
+        f"        for (i = end - {lanes}; i >= 0; i -= {lanes}) {{\n{inner}        }}\n"
+        "        i = end;\n"
+        "    } else {\n"
+        f"        {forward}{inner}        }}\n"
+        "    }\n"
+    )
+
+
 def _scalar_read(ctx: Ctx, dtype: Dtype) -> str:
     """C of element i of `x` as a float."""
     if dtype == BF16:
@@ -577,16 +642,12 @@ def _broadcast_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, 
     if not col:
         loads["mb"] = ("b + i", F32)
     masked = _elementwise_tail(ctx, lanes, dtype, f"mx {sym} {'vb' if col else 'mb'}", loads)
-    return (
-        head
-        + splat
-        + f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
-        + f"        const {vt} e = {ld}(x + i) {sym} {vb};\n"
-        + "        memcpy(out + i, &e, sizeof e);\n"
-        + "    }\n"
-        + masked
-        + tail
+    body = (
+        f"        const {vt} e = {ld}(x + i) {sym} {vb};\n        memcpy(out + i, &e, sizeof e);\n"
     )
+    inputs = ("x",) if col else ("x", "b")
+    backward_if = _stores_ahead(ctx, dtype, inputs, LIGHT_STORE_AHEAD_WINDOW)
+    return head + splat + _vector_loop(lanes, body, backward_if) + masked + tail
 
 
 def _online_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
@@ -713,6 +774,35 @@ def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     )
 
 
+def _stored_sum(ctx: Ctx, lanes: int) -> str:
+    """C (indent 4) setting `s` to the sum of the f32 row `out[0:n]` in exactly the order in
+    which the forward exp-and-sum loop adds its values (same accumulators, same steps, same
+    remainder and tail), given that loop's stored exps: the same bits either way."""
+    vt = _vt(ctx, lanes)
+    ld = _loader(ctx, F32, lanes)
+    step = lanes * ROW_ACCUMULATORS
+    accs = ", ".join(f"a{j} = {{0}}" for j in range(ROW_ACCUMULATORS))
+    masked = ""
+    if _masked(lanes, F32):
+        masked = _masked_block(
+            ctx, lanes, F32, f"        a1 += {_mload(ctx, lanes, F32, 'out + i')};\n"
+        )
+    return (
+        f"    {vt} {accs};\n"
+        f"    for (i = 0; i < n - n % {step}; i += {step}) {{\n"
+        + "".join(
+            f"        a{j} += {ld}(out + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)
+        )
+        + "    }\n"
+        f"    for (; i < n - n % {lanes}; i += {lanes})\n"
+        f"        a0 += {ld}(out + i);\n"
+        + masked
+        + "    a0 = (a0 + a1) + (a2 + a3);\n"
+        + _hsum(lanes, "a0")
+        + "    for (; i < n; i++)\n        s += out[i];\n"
+    )
+
+
 def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> str:
     if op == "online":
         return _online_fn(ctx, name, xt, dtype)
@@ -811,10 +901,40 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             if store
             else f"        s += {sex}({sx} - m);\n"
         )
+        cond = _stores_ahead(ctx, dtype) if store else None
+        backward = ""
+        if cond is not None:
+            # no prefetch of the next chunk here: 1.2-1.4x slower backward (measured)
+            body = (
+                f"    const {vt} e = {vex}({ld}(x + i) - vm);\n    memcpy(out + i, &e, sizeof e);\n"
+            )
+            masked_store = ""
+            if _masked(lanes, dtype):
+                e = _mzero(ctx, lanes, f"{vex}({_mload(ctx, lanes, dtype, 'x + i')} - vm)")
+                masked_store = _masked_block(
+                    ctx,
+                    lanes,
+                    dtype,
+                    f"        const {vt} e = {e};\n" + _mstore(lanes, "out + i", "e"),
+                )
+            backward = (
+                f"    if ({cond}) {{\n"
+                "        /* backward (see mb_stores_ahead): the remainder, the whole vectors last\n"
+                "           to first, then the stored exps summed in the forward loop's order\n"
+                "           below, so that both directions give the same bits */\n"
+                f"        int64_t i = n - n % {lanes};\n"
+                + _indent(masked_store)
+                + f"        for (; i < n; i++)\n            out[i] = {sex}({sx} - m);\n"
+                f"        for (i = n - n % {lanes} - {lanes}; i >= 0; i -= {lanes}) {{\n"
+                + _indent(_indent(body))
+                + "        }\n"
+                + _indent(_stored_sum(ctx, lanes))
+                + "        return s;\n"
+                "    }\n"
+            )
         return (
             f"static inline float {name}(const {xt} *restrict x, int64_t n, float m{out_param}) {{\n"
-            f"    const {vt} vm = {splat}m;\n"
-            f"    {vt} {accs};\n"
+            f"    const {vt} vm = {splat}m;\n" + backward + f"    {vt} {accs};\n"
             "    int64_t i = 0;\n"
             f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n{unrolled}    }}\n"
             f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n{one(0, 'i')}"
@@ -834,10 +954,12 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
             "    const float r = 1.0f / d;\n"
             f"    const {vt} vm = {splat}m, vr = {splat}r;\n"
             "    int64_t i = 0;\n"
-            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
-            f"        const {vt} e = {vex}({ld}(x + i) - vm) * vr;\n"
-            "        memcpy(out + i, &e, sizeof e);\n"
-            "    }\n"
+            + _vector_loop(
+                lanes,
+                f"        const {vt} e = {vex}({ld}(x + i) - vm) * vr;\n"
+                "        memcpy(out + i, &e, sizeof e);\n",
+                _stores_ahead(ctx, dtype),
+            )
             + _elementwise_tail(ctx, lanes, dtype, f"{vex}(mx - vm) * vr", {"mx": ("x + i", dtype)})
             + "    for (; i < n; i++)\n"
             f"        out[i] = {sex}({sx} - m) * r;\n"
@@ -856,15 +978,18 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
     vbody = _unary_scalar(ctx, op, "v", lanes)
     sbody = _unary_scalar(ctx, op, "v", None)
     zero = f"    const {vt} zero = {{0}};\n" if op == RELU else ""
+    window = LIGHT_STORE_AHEAD_WINDOW if op == RELU else STORE_AHEAD_WINDOW
     return (
         f"static inline void {name}(const {xt} *restrict x, int64_t n, float *restrict out) {{\n"
         f"{zero}"
         "    int64_t i = 0;\n"
-        f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
-        f"        const {vt} v = {ld}(x + i);\n"
-        f"        const {vt} e = {vbody};\n"
-        "        memcpy(out + i, &e, sizeof e);\n"
-        "    }\n"
+        + _vector_loop(
+            lanes,
+            f"        const {vt} v = {ld}(x + i);\n"
+            f"        const {vt} e = {vbody};\n"
+            "        memcpy(out + i, &e, sizeof e);\n",
+            _stores_ahead(ctx, dtype, window=window),
+        )
         + _elementwise_tail(ctx, lanes, dtype, vbody, {"v": ("x + i", dtype)})
         + "    for (; i < n; i++) {\n"
         f"        const float v = {sx};\n"

@@ -1,0 +1,138 @@
+"""Row kernels whose output lies a few bytes after their input run backward, with the same bits.
+
+`out = np.empty_like(x)` right after an `x` of a whole number of MiB puts `out` 16-64 bytes
+ahead of `x` modulo 1 MiB, where a forward loop's loads of `x` match the address bits of its own
+recent stores to `out` and wait for them (on Intel: bits 0-19 compared): 2-4x slower (docs/softmax.md, "Arrays a few bytes
+apart"). The row functions test that distance at run time and take their vector loop
+backward; softmax then sums its stored exps in the forward loop's order. These tests place
+the arrays in one buffer at chosen distances, run the compiled kernel through ctypes, and
+check that every placement gives the bits of the far-apart one (forward), that the C holds
+both directions, that nothing is written outside `out`, and that the result matches numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from morello_build.api import row_spec_text, synthesize_kernel
+from morello_build.harness.compile import (
+    compile_object,
+    find_compiler,
+    kernel_files,
+    kernel_flags,
+    link,
+    write_sources,
+)
+from morello_build.harness.verify import check_rows
+from morello_build.ir.spec import BROADCAST_KINDS, broadcast_dims
+from morello_build.kernels.rows import LIGHT_STORE_AHEAD_WINDOW, STORE_AHEAD_WINDOW
+from morello_build.machine.isa import host_supports
+from tests.support.compilers import COMPILERS, have_compiler
+
+ROWS = 3
+SENTINEL = np.float32(-12345.0)
+MIB = 1 << 20
+#: Distances of out past x, in bytes modulo 1 MiB: far (forward: the reference bits), inside
+#: both windows, inside only the larger one, just past each window, just behind, and 16
+#: bytes modulo 4 KiB only.
+DISTANCES = (2048, 16, 64, 200, LIGHT_STORE_AHEAD_WINDOW, STORE_AHEAD_WINDOW, MIB - 16, 4096 + 16)
+
+#: (op, row length): softmax rows of one chunk and of several with a short last one, an
+#: exp-heavy activation, relu (the smaller window), and broadcasts of a row and a column;
+#: every length leaves a masked remainder on AVX-512 and AVX2.
+CASES = [
+    ("softmax", 1000),
+    ("softmax", 3 * 2048 + 77),
+    ("exp", 1000),
+    ("gelu_erf", 333),
+    ("relu", 1000),
+    ("add_row", 1000),
+    ("mul_col", 333),
+]
+
+
+def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> tuple[ctypes._CFuncPtr, str]:
+    k = synthesize_kernel(
+        row_spec_text(op, ROWS, n), name="mb_dir", target=isa, use_cache=False
+    ).kernel
+    assert "mb_stores_ahead(x, out" in k.c_source, "expected the run-time direction test"
+    flags = [*kernel_flags(k.abi.isa, openmp=False), "-fPIC"]
+    workdir = tmp_path / f"{op}_{n}_{isa}_{cc}"
+    write_sources(workdir, kernel_files(k))
+    obj = compile_object(find_compiler(cc), workdir / "mb_dir.c", flags=flags)
+    lib = link(
+        find_compiler(cc), [obj], workdir / "libmb_dir.so", shared=True, flags=flags, libs=["-lm"]
+    )
+    fn = ctypes.CDLL(str(lib)).mb_dir
+    fn.restype = None
+    return fn, k.c_source
+
+
+def _run_at(
+    fn: ctypes._CFuncPtr, op: str, x: np.ndarray, b: np.ndarray | None, d: int
+) -> np.ndarray:
+    """Call the kernel with x at the start of a page-aligned buffer and out `d` bytes (mod
+    1 MiB) past x's end, sentinels around out; the output, after checking the sentinels."""
+    nbytes = x.nbytes
+    # out starts d bytes past a MiB boundary after x's end: d modulo 1 MiB past x
+    start = -(-nbytes // MIB) * MIB + MIB + d
+    buf = np.zeros(start + nbytes + MIB, dtype=np.uint8)
+    base = (-buf.ctypes.data) % 4096
+    xs = buf[base : base + nbytes].view(np.float32).reshape(x.shape)
+    xs[:] = x
+    start += base
+    guard = buf[start - 64 : start + nbytes + 64].view(np.float32)
+    guard[:] = SENTINEL
+    out = buf[start : start + nbytes].view(np.float32).reshape(x.shape)
+    assert (out.ctypes.data - xs.ctypes.data) % MIB == d % MIB
+    args = [xs.ctypes.data] + ([] if b is None else [b.ctypes.data]) + [out.ctypes.data]
+    fn(*[ctypes.c_void_p(a) for a in args])
+    assert (guard[:16] == SENTINEL).all() and (guard[-16:] == SENTINEL).all(), (
+        f"d={d}: the kernel wrote outside out"
+    )
+    return out.copy()
+
+
+@pytest.mark.parametrize("cc", COMPILERS)
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize(("op", "n"), CASES)
+def test_every_distance_gives_the_far_apart_bits(
+    op: str, n: int, isa: str, cc: str, tmp_path: Path
+) -> None:
+    if not have_compiler(cc):
+        pytest.skip(f"{cc} is not installed")
+    if not host_supports(isa):
+        pytest.skip(f"this host cannot run {isa} code")
+    fn, _ = _library(op, n, isa, cc, tmp_path)
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-8.0, 8.0, size=(ROWS, n)).astype(np.float32)
+    if op == "softmax":
+        x[1, 5:9] = 30.0  # a row max inside the first whole vectors, summed last backward
+    b = None
+    if op in BROADCAST_KINDS:
+        b_shape = tuple((ROWS, n)[d] for d in broadcast_dims(op))
+        b = rng.uniform(-2.0, 2.0, size=b_shape).astype(np.float32)
+    far = _run_at(fn, op, x, b, DISTANCES[0])
+    inputs = {"x": x.astype(np.float64)} | ({} if b is None else {"b": b.astype(np.float64)})
+    ok, _, _, msg = check_rows(op, inputs, far.astype(np.float64))
+    assert ok, msg
+    for d in DISTANCES[1:]:
+        got = _run_at(fn, op, x, b, d)
+        differ = int(np.count_nonzero(got.view(np.uint32) != far.view(np.uint32)))
+        assert differ == 0, f"out {d} bytes past x: {differ} values differ from the forward bits"
+
+
+def test_bf16_rows_keep_one_direction() -> None:
+    """A bf16 row's out advances twice as fast as x: no direction avoids the window all
+    along the row, so its functions have no run-time test."""
+    k = synthesize_kernel(
+        row_spec_text("gelu_erf", ROWS, 1000, dtype="bf16"),
+        name="mb_dir",
+        target="avx512",
+        use_cache=False,
+    ).kernel
+    assert "mb_stores_ahead" not in k.c_source
