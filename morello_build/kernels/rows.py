@@ -225,8 +225,9 @@ def _stores_ahead(
     ctx: Ctx, dtype: Dtype, inputs: tuple[str, ...] = ("x",), window: int = STORE_AHEAD_WINDOW
 ) -> str | None:
     """The C condition under which a row function storing `out` from `inputs` runs its
-    vector loop backward; None for bf16 rows, whose `out` advances twice as fast as `x`, so
-    that every direction meets the window somewhere along a row."""
+    vector loop backward; None for bf16 rows: their `out` advances 2 bytes per element
+    faster than `x`, so the distance crosses the window within window / 2 elements and a
+    row never runs in it for long."""
     if dtype != F32:
         return None
     _use(ctx, "va_stores_ahead", _STORES_AHEAD)

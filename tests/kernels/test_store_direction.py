@@ -127,8 +127,8 @@ def test_every_distance_gives_the_far_apart_bits(
 
 
 def test_bf16_rows_keep_one_direction() -> None:
-    """A bf16 row's out advances twice as fast as x: no direction avoids the window all
-    along the row, so its functions have no run-time test."""
+    """A bf16 row's out advances 2 bytes per element faster than x, so the distance
+    leaves the window within a few vectors: its functions have no run-time test."""
     k = synthesize_kernel(
         row_spec_text("gelu_erf", ROWS, 1000, dtype="bf16"),
         name="mb_dir",
