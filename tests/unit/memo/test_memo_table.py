@@ -315,3 +315,23 @@ def test_a_search_answer_value_equals_the_checked_constructors() -> None:
     ):
         with pytest.raises(ValueError):
             MemoValue.of_answer(*bad)
+
+
+def test_the_hand_written_hash_covers_every_field() -> None:
+    """`MemoValue.__hash__` lists the fields by hand (for speed): a field added to the
+    dataclass but not to the hash would still be correct but collide; changing any one
+    field changes both equality and the hash."""
+    import dataclasses
+
+    base = MemoValue(Fraction(5, 3), (1, 2), 3, 4, 5)
+    changed = {
+        "intensity": Fraction(7, 3),
+        "peaks": (1, 3),
+        "depth": 6,
+        "action": 7,
+        "fingerprint": 8,
+    }
+    assert set(changed) == {f.name for f in dataclasses.fields(MemoValue)}
+    for name, value in changed.items():
+        other = dataclasses.replace(base, **{name: value})
+        assert other != base and hash(other) != hash(base), name
