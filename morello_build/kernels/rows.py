@@ -8,7 +8,9 @@ and called with the row's pointer and length: four independent vector accumulato
 latency; the remainder of a row that does not fill a vector is one masked vector step on
 AVX2 f32 rows ("masked remainders" below), else a scalar loop using the scalar form of the
 same math (kernels/vecmath.py), so every element gets the value the vector code would give.
-bf16 inputs are widened as they are loaded.
+bf16 inputs are widened as they are loaded. An f32 row function that stores `out` from `x`
+runs its vector loop backward when `out` lies just ahead of `x` (`mb_stores_ahead`), where
+forward loads would wait on the loop's own stores; both directions give the same bits.
 
 Costs are in the model's units (an FMA vector is 2, docs/cost-model.md) per vector of the
 target's f32 width, plus each operand's lines at its level (`io_cost`); an exp vector is
