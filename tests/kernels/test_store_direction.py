@@ -18,7 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from morello_build.actions.rows import ONLINE, SoftmaxParts
 from morello_build.api import row_spec_text, synthesize_kernel
+from morello_build.codegen.abi import GeneratedKernel
+from morello_build.codegen.emit import generate_c
 from morello_build.harness.compile import (
     compile_object,
     find_compiler,
@@ -28,9 +31,13 @@ from morello_build.harness.compile import (
     write_sources,
 )
 from morello_build.harness.verify import check_rows
+from morello_build.ir.levels import Level
 from morello_build.ir.spec import BROADCAST_KINDS, broadcast_dims
+from morello_build.ir.text import parse_spec
 from morello_build.kernels.rows import LIGHT_STORE_AHEAD_WINDOW, STORE_AHEAD_WINDOW
 from morello_build.machine.isa import host_supports
+from morello_build.machine.target import get_target
+from morello_build.schedule import Schedule
 from tests.support.compilers import COMPILERS, have_compiler
 
 ROWS = 3
@@ -41,11 +48,13 @@ MIB = 1 << 20
 #: bytes modulo 4 KiB only.
 DISTANCES = (2048, 16, 64, 200, LIGHT_STORE_AHEAD_WINDOW, STORE_AHEAD_WINDOW, MIB - 16, 4096 + 16)
 
-#: (op, row length): softmax rows of one chunk and of several with a short last one, an
-#: exp-heavy activation, relu (the smaller window), and broadcasts of a row and a column;
-#: every length leaves a masked remainder on AVX-512 and AVX2.
+#: (op, row length): softmax rows of one chunk and of several with a short last one, the
+#: online softmax (its `complete` pass stores exp(x - max) / d; forced, the DP prefers the
+#: others), an exp-heavy activation, relu (the smaller window), and broadcasts of a row and
+#: a column; every length leaves a masked remainder on AVX-512 and AVX2.
 CASES = [
     ("softmax", 1000),
+    ("online softmax", 1000),
     ("softmax", 3 * 2048 + 77),
     ("exp", 1000),
     ("gelu_erf", 333),
@@ -55,21 +64,30 @@ CASES = [
 ]
 
 
-def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> tuple[ctypes._CFuncPtr, str]:
-    k = synthesize_kernel(
-        row_spec_text(op, ROWS, n), name="mb_dir", target=isa, use_cache=False
-    ).kernel
+def _kernel(op: str, n: int, isa: str) -> GeneratedKernel:
+    if op == "online softmax":
+        spec = parse_spec(row_spec_text("softmax", ROWS, n))
+        sched = Schedule.for_spec(spec, get_target(isa)).tile_out(1, n)
+        impl = sched.apply(SoftmaxParts(Level.RF, ONLINE), None).synthesize_rest().impl
+        k = generate_c(impl, "mb_dir", isa)
+        assert "softmax_complete" in k.c_source
+        return k
+    text = row_spec_text(op, ROWS, n)
+    return synthesize_kernel(text, name="mb_dir", target=isa, use_cache=False).kernel
+
+
+def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> ctypes._CFuncPtr:
+    k = _kernel(op, n, isa)
     assert "mb_stores_ahead(x, out" in k.c_source, "expected the run-time direction test"
     flags = [*kernel_flags(k.abi.isa, openmp=False), "-fPIC"]
-    workdir = tmp_path / f"{op}_{n}_{isa}_{cc}"
+    workdir = tmp_path / f"{op.replace(' ', '_')}_{n}_{isa}_{cc}"
     write_sources(workdir, kernel_files(k))
-    obj = compile_object(find_compiler(cc), workdir / "mb_dir.c", flags=flags)
-    lib = link(
-        find_compiler(cc), [obj], workdir / "libmb_dir.so", shared=True, flags=flags, libs=["-lm"]
-    )
+    compiler = find_compiler(cc)
+    obj = compile_object(compiler, workdir / "mb_dir.c", flags=flags)
+    lib = link(compiler, [obj], workdir / "libmb_dir.so", shared=True, flags=flags, libs=["-lm"])
     fn = ctypes.CDLL(str(lib)).mb_dir
     fn.restype = None
-    return fn, k.c_source
+    return fn
 
 
 def _run_at(
@@ -107,10 +125,10 @@ def test_every_distance_gives_the_far_apart_bits(
         pytest.skip(f"{cc} is not installed")
     if not host_supports(isa):
         pytest.skip(f"this host cannot run {isa} code")
-    fn, _ = _library(op, n, isa, cc, tmp_path)
+    fn = _library(op, n, isa, cc, tmp_path)
     rng = np.random.default_rng(11)
     x = rng.uniform(-8.0, 8.0, size=(ROWS, n)).astype(np.float32)
-    if op == "softmax":
+    if op.endswith("softmax"):
         x[1, 5:9] = 30.0  # a row max inside the first whole vectors, summed last backward
     b = None
     if op in BROADCAST_KINDS:
@@ -118,7 +136,7 @@ def test_every_distance_gives_the_far_apart_bits(
         b = rng.uniform(-2.0, 2.0, size=b_shape).astype(np.float32)
     far = _run_at(fn, op, x, b, DISTANCES[0])
     inputs = {"x": x.astype(np.float64)} | ({} if b is None else {"b": b.astype(np.float64)})
-    ok, _, _, msg = check_rows(op, inputs, far.astype(np.float64))
+    ok, _, _, msg = check_rows(op.split()[-1], inputs, far.astype(np.float64))
     assert ok, msg
     for d in DISTANCES[1:]:
         got = _run_at(fn, op, x, b, d)
