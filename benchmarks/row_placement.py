@@ -35,12 +35,18 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.synth_speed import export_ref  # noqa: E402
 from morello_build.api import row_spec_text  # noqa: E402
-from morello_build.harness.compile import find_compiler, kernel_flags  # noqa: E402
+from morello_build.harness.compile import (  # noqa: E402
+    build_shared_library,
+    find_compiler,
+    kernel_flags,
+)
 from morello_build.ir.spec import BROADCAST_KINDS, broadcast_dims  # noqa: E402
 
 
-def kernel_source(tree: Path | None, op: str, rows: int, n: int, target: str, into: Path) -> Path:
-    """The C of `op` synthesized by `tree` (None: this tree), written into `into`."""
+def kernel_library(
+    tree: Path | None, op: str, rows: int, n: int, target: str, into: Path
+) -> ctypes._CFuncPtr:
+    """`op` synthesized by `tree` (None: this tree), built in `into`, loaded: its `k`."""
     into.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "morello_build", "synth", row_spec_text(op, rows, n)]
     cmd += ["--target", target, "--format", "c", "--name", "k", "-o", str(into / "k.c")]
@@ -49,14 +55,11 @@ def kernel_source(tree: Path | None, op: str, rows: int, n: int, target: str, in
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     subprocess.run(cmd, cwd=tree or REPO, env=env, check=True, capture_output=True, text=True)
-    return into / "k.c"
-
-
-def shared_library(source: Path, isa: str) -> ctypes._CFuncPtr:
-    lib = source.with_name("libk.so")
-    flags = [*kernel_flags(isa, openmp=False), "-fPIC", "-shared"]
-    cc = find_compiler("gcc")
-    subprocess.run([cc.path, *flags, str(source), "-o", str(lib), "-lm"], check=True)
+    files = {name: (into / name).read_text() for name in ("k.c", "k.h")}
+    flags = kernel_flags(target)
+    lib = build_shared_library(
+        find_compiler("gcc"), into, files, "k", flags=flags, link_flags=["-lm"]
+    )
     fn = ctypes.CDLL(str(lib)).k
     fn.restype = None
     return fn
@@ -81,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         roots: list[Path | None] = [None]
         roots += [export_ref(r, tmp / f"ref{i}") for i, r in enumerate(args.ref)]
         fns = {
-            (op, t): shared_library(
-                kernel_source(root, op, rows, n, args.target, tmp / f"k{t}_{op}"), args.target
-            )
+            (op, t): kernel_library(root, op, rows, n, args.target, tmp / f"k{t}_{op}")
             for op in ops
             for t, root in enumerate(roots)
         }

@@ -337,9 +337,9 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
     )
 
 
-def _unrolled_loads(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
+def _unrolled_loads(ctx: Ctx, dtype: Dtype, lanes: int, ptr: str = "x") -> str:
     """C declaring v0..v3, the ROW_ACCUMULATORS vectors of a reduction's unrolled step
-    (`lanes` * ROW_ACCUMULATORS elements from x + i), in any order of elements. bf16 loads
+    (`lanes` * ROW_ACCUMULATORS elements from ptr + i), in any order of elements. bf16 loads
     words of two values and splits them: `w << 16` is the even element as f32 and
     `w & 0xffff0000` the odd one, two integer operations per two vectors where widening in
     order takes a zero-extension and a shift per vector (docs/softmax.md, "Reductions")."""
@@ -347,7 +347,7 @@ def _unrolled_loads(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
     if dtype != BF16:
         ld = _loader(ctx, dtype, lanes)
         return "".join(
-            f"        const {vt} v{j} = {ld}(x + i + {j * lanes});\n"
+            f"        const {vt} v{j} = {ld}({ptr} + i + {j * lanes});\n"
             for j in range(ROW_ACCUMULATORS)
         )
     ut = ctx.vtype(Dtype.U32, lanes)
@@ -356,7 +356,7 @@ def _unrolled_loads(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
         w = f"w{j // 2}"
         lines += [
             f"        {ut} {w};\n",
-            f"        memcpy(&{w}, x + i + {j * lanes}, sizeof {w});\n",
+            f"        memcpy(&{w}, {ptr} + i + {j * lanes}, sizeof {w});\n",
             f"        const {vt} v{j} = ({vt})({w} << 16), v{j + 1} = ({vt})({w} & 0xffff0000u);\n",
         ]
     return "".join(lines)
@@ -777,32 +777,33 @@ def _chunked_softmax_fn(ctx: Ctx, name: str, xt: str, dtype: Dtype) -> str:
     )
 
 
-def _stored_sum(ctx: Ctx, lanes: int) -> str:
-    """C (indent 4) setting `s` to the sum of the f32 row `out[0:n]` in exactly the order in
-    which the forward exp-and-sum loop adds its values (same accumulators, same steps, same
-    remainder and tail), given that loop's stored exps: the same bits either way."""
+def _sum_loops(ctx: Ctx, dtype: Dtype, lanes: int, ptr: str, scalar: str) -> str:
+    """C (indent 4, `i` declared and 0) setting `s` to the sum of the row `ptr[0:n]` of
+    `dtype`: ROW_ACCUMULATORS vector accumulators over whole steps, then one vector at a
+    time, the masked remainder, then the scalar tail (`scalar`: element i as a float). The
+    `sum` row function, and the backward exp pass's sum of its stored exps, whose order of
+    additions is then the forward exp-and-sum loop's (the same bits either way)."""
     vt = _vt(ctx, lanes)
-    ld = _loader(ctx, F32, lanes)
+    ld = _loader(ctx, dtype, lanes)
     step = lanes * ROW_ACCUMULATORS
     accs = ", ".join(f"a{j} = {{0}}" for j in range(ROW_ACCUMULATORS))
+    unrolled = _unrolled_loads(ctx, dtype, lanes, ptr) + "".join(
+        f"        a{j} += v{j};\n" for j in range(ROW_ACCUMULATORS)
+    )
     masked = ""
-    if _masked(lanes, F32):
+    if _masked(lanes, dtype):
         masked = _masked_block(
-            ctx, lanes, F32, f"        a1 += {_mload(ctx, lanes, F32, 'out + i')};\n"
+            ctx, lanes, dtype, f"        a1 += {_mload(ctx, lanes, dtype, f'{ptr} + i')};\n"
         )
     return (
         f"    {vt} {accs};\n"
-        f"    for (i = 0; i < n - n % {step}; i += {step}) {{\n"
-        + "".join(
-            f"        a{j} += {ld}(out + i + {j * lanes});\n" for j in range(ROW_ACCUMULATORS)
-        )
-        + "    }\n"
-        f"    for (; i < n - n % {lanes}; i += {lanes})\n"
-        f"        a0 += {ld}(out + i);\n"
+        f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n{unrolled}    }}\n"
+        f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
+        f"        a0 += {ld}({ptr} + i);\n"
         + masked
         + "    a0 = (a0 + a1) + (a2 + a3);\n"
         + _hsum(lanes, "a0")
-        + "    for (; i < n; i++)\n        s += out[i];\n"
+        + f"    for (; i < n; i++)\n        s += {scalar};\n"
     )
 
 
@@ -817,27 +818,10 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
     if op == MAX:
         return _max_fn(ctx, name, xt, sx, dtype, lanes)
     if op == SUM:
-        unrolled = _unrolled_loads(ctx, dtype, lanes) + "".join(
-            f"        a{j} += v{j};\n" for j in range(ROW_ACCUMULATORS)
-        )
         return (
             f"static inline float {name}(const {xt} *restrict x, int64_t n) {{\n"
-            f"    {vt} {accs};\n"
             "    int64_t i = 0;\n"
-            f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n"
-            f"{unrolled}    }}\n"
-            f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes})\n"
-            f"        a0 += {ld}(x + i);\n"
-            + (
-                _masked_block(
-                    ctx, lanes, dtype, f"        a1 += {_mload(ctx, lanes, dtype, 'x + i')};\n"
-                )
-                if _masked(lanes, dtype)
-                else ""
-            )
-            + "    a0 = (a0 + a1) + (a2 + a3);\n"
-            f"{_hsum(lanes, 'a0')}"
-            f"    for (; i < n; i++)\n        s += {sx};\n"
+            f"{_sum_loops(ctx, dtype, lanes, 'x', sx)}"
             "    return s;\n"
             "}\n"
         )
@@ -931,7 +915,8 @@ def _vector_row_fn(ctx: Ctx, op: str, name: str, xt: str, sx: str, dtype: Dtype,
                 f"        for (i = n - n % {lanes} - {lanes}; i >= 0; i -= {lanes}) {{\n"
                 + _indent(_indent(body))
                 + "        }\n"
-                + _indent(_stored_sum(ctx, lanes))
+                + "        i = 0;\n"
+                + _indent(_sum_loops(ctx, F32, lanes, "out", "out[i]"))
                 + "        return s;\n"
                 "    }\n"
             )

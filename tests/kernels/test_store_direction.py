@@ -23,12 +23,10 @@ from morello_build.api import row_spec_text, synthesize_kernel
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.codegen.emit import generate_c
 from morello_build.harness.compile import (
-    compile_object,
+    build_shared_library,
     find_compiler,
     kernel_files,
     kernel_flags,
-    link,
-    write_sources,
 )
 from morello_build.harness.verify import check_rows
 from morello_build.ir.levels import Level
@@ -79,20 +77,17 @@ def _kernel(op: str, n: int, isa: str) -> GeneratedKernel:
 def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> ctypes._CFuncPtr:
     k = _kernel(op, n, isa)
     assert "mb_stores_ahead(x, out" in k.c_source, "expected the run-time direction test"
-    flags = [*kernel_flags(k.abi.isa, openmp=False), "-fPIC"]
     workdir = tmp_path / f"{op.replace(' ', '_')}_{n}_{isa}_{cc}"
-    write_sources(workdir, kernel_files(k))
-    compiler = find_compiler(cc)
-    obj = compile_object(compiler, workdir / "mb_dir.c", flags=flags)
-    lib = link(compiler, [obj], workdir / "libmb_dir.so", shared=True, flags=flags, libs=["-lm"])
+    flags = kernel_flags(k.abi.isa)
+    lib = build_shared_library(
+        find_compiler(cc), workdir, kernel_files(k), "mb_dir", flags=flags, link_flags=["-lm"]
+    )
     fn = ctypes.CDLL(str(lib)).mb_dir
     fn.restype = None
     return fn
 
 
-def _run_at(
-    fn: ctypes._CFuncPtr, op: str, x: np.ndarray, b: np.ndarray | None, d: int
-) -> np.ndarray:
+def _run_at(fn: ctypes._CFuncPtr, x: np.ndarray, b: np.ndarray | None, d: int) -> np.ndarray:
     """Call the kernel with x at the start of a page-aligned buffer and out `d` bytes (mod
     1 MiB) past x's end, sentinels around out; the output, after checking the sentinels."""
     nbytes = x.nbytes
@@ -134,12 +129,12 @@ def test_every_distance_gives_the_far_apart_bits(
     if op in BROADCAST_KINDS:
         b_shape = tuple((ROWS, n)[d] for d in broadcast_dims(op))
         b = rng.uniform(-2.0, 2.0, size=b_shape).astype(np.float32)
-    far = _run_at(fn, op, x, b, DISTANCES[0])
+    far = _run_at(fn, x, b, DISTANCES[0])
     inputs = {"x": x.astype(np.float64)} | ({} if b is None else {"b": b.astype(np.float64)})
     ok, _, _, msg = check_rows(op.split()[-1], inputs, far.astype(np.float64))
     assert ok, msg
     for d in DISTANCES[1:]:
-        got = _run_at(fn, op, x, b, d)
+        got = _run_at(fn, x, b, d)
         differ = int(np.count_nonzero(got.view(np.uint32) != far.view(np.uint32)))
         assert differ == 0, f"out {d} bytes past x: {differ} values differ from the forward bits"
 
