@@ -44,12 +44,14 @@ from morello_build.ir.spec import BROADCAST_KINDS, broadcast_dims  # noqa: E402
 
 
 def kernel_library(
-    tree: Path | None, op: str, rows: int, n: int, target: str, into: Path
+    tree: Path | None, op: str, rows: int, n: int, target: str, tune: str, into: Path
 ) -> ctypes._CFuncPtr:
     """`op` synthesized by `tree` (None: this tree), built in `into`, loaded: its `k`."""
     into.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "morello_build", "synth", row_spec_text(op, rows, n)]
     cmd += ["--target", target, "--format", "c", "--name", "k", "-o", str(into / "k.c")]
+    if tune != "generic":  # trees from before `--tune` existed take the default
+        cmd += ["--tune", tune]
     cmd += ["--header", str(into / "k.h"), "--no-cache"]
     env = dict(os.environ)
     if tree is not None:
@@ -72,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distances", default="2048,-64,0,16,32,64,128,200,256,384,512,4112")
     ap.add_argument("--ref", action="append", default=[], help="a git ref to time beside")
     ap.add_argument("--target", default="avx512", help="avx512 (default) or avx2")
+    ap.add_argument(
+        "--tune",
+        default="generic",
+        help="the tuning to synthesize for (generic, the default, tests the direction; "
+        "zen3/zen4/zen5 run forward)",
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=5)
     args = ap.parse_args(argv)
@@ -84,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         roots: list[Path | None] = [None]
         roots += [export_ref(r, tmp / f"ref{i}") for i, r in enumerate(args.ref)]
         fns = {
-            (op, t): kernel_library(root, op, rows, n, args.target, tmp / f"k{t}_{op}")
+            (op, t): kernel_library(root, op, rows, n, args.target, args.tune, tmp / f"k{t}_{op}")
             for op in ops
             for t, root in enumerate(roots)
         }
@@ -117,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                             best = min(best, time.perf_counter() - t0)
                         times.setdefault((op, d, t), []).append(best)
     head = " | ".join(f"{name} us | {name} / far" for name in trees)
-    print(f"{args.target}, {args.shape}, rounds {args.rounds}, best of {args.calls} calls each\n")
+    print(
+        f"{args.target} (tune {args.tune}), {args.shape}, rounds {args.rounds}, best of {args.calls} calls each\n"
+    )
     print(f"| op | out - x (bytes) | {head} |")
     print("|---|---|" + "---|---|" * len(trees))
     for op in ops:

@@ -109,6 +109,7 @@ class Ctx:
         fn_name: str = "kernel",
         params: tuple[tuple[str, str], ...] = (),
         index_type: str = "int",
+        store_direction: bool = True,
     ) -> None:
         if isa not in ISA:
             raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(ISA)}")
@@ -124,6 +125,8 @@ class Ctx:
         self.index_type = index_type
         #: Software prefetch in streaming matrix-vector loops (`machine.target.Tuning`).
         self.stream_prefetch = stream_prefetch
+        #: Row functions choose their direction by where `out` lies (`machine.target.Tuning`).
+        self.store_direction = store_direction
         self.lines: list[str] = []
         self.depth = 1
         self.vector_types: set[tuple[str, int, int]] = set()  # (tag, lanes, bytes)

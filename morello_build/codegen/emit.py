@@ -488,7 +488,16 @@ def generate_c(
     spec = impl.spec
     abi = kernel_abi(spec, name, target_isa)
     pointers = tuple((o.c_param(), o.name) for o in abi.operands)
-    ctx = Ctx(target_isa, annotate, TUNINGS[tune].stream_prefetch, name, pointers, index_type(impl))
+    tuning = TUNINGS[tune]
+    ctx = Ctx(
+        target_isa,
+        annotate,
+        tuning.stream_prefetch,
+        name,
+        pointers,
+        index_type(impl),
+        store_direction=tuning.store_direction,
+    )
     params = tuple(
         Buffer(o.name, t.dtype, t.shape, t.layout, MEM if t.level is not Level.RF else RF)
         for o, t in zip(abi.operands, spec.operands)

@@ -206,7 +206,7 @@ def _loader(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
 #: 1.5x). Rows with exps (exp, gelu, silu, softmax's passes) run faster backward up to 256
 #: bytes ahead and about as fast to 383; rows of one add, multiply or max (relu, the
 #: broadcasts) faster backward below 128 bytes, slower beyond. docs/softmax.md, "Arrays a
-#: few bytes apart".
+#: few bytes apart". AMD tunings emit no test (`Tuning.store_direction`; "On AMD Zen 5").
 STORE_AHEAD_WINDOW = 384
 LIGHT_STORE_AHEAD_WINDOW = 128
 
@@ -229,8 +229,9 @@ def _stores_ahead(
     """The C condition under which a row function storing `out` from `inputs` runs its
     vector loop backward; None for bf16 rows: their `out` advances 2 bytes per element
     faster than `x`, so the distance crosses the window within window / 2 elements and a
-    row never runs in it for long."""
-    if dtype != F32:
+    row never runs in it for long; None under a tuning without the test (AMD cores, where
+    the forward loop is the faster one at every distance measured)."""
+    if dtype != F32 or not ctx.store_direction:
         return None
     _use(ctx, "va_stores_ahead", _STORES_AHEAD)
     return " || ".join(f"mb_stores_ahead({p}, out, {window})" for p in inputs)
@@ -406,7 +407,9 @@ def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
     """Define (once per file) the row function of `op` for inputs of `dtype`; its name."""
     lanes = ctx.f32_lanes
     name = f"mb_row_{op}_{dtype.value}_{lanes}"
-    key = f"vr{_TIER.get(op, 0)}_{op}_{dtype.value}_{lanes}"
+    # HELPERS holds one source per key for the process: what the code depends on is in it
+    fwd = "" if ctx.store_direction else "_fwd"
+    key = f"vr{_TIER.get(op, 0)}_{op}_{dtype.value}_{lanes}{fwd}"
     if key in ctx.helpers:
         return name
     xt = _xtype(dtype)

@@ -35,6 +35,11 @@ class Tuning:
     fast_dpbf16: bool = False
     #: The streaming matrix-vector loop prefetches B rows ahead in software (code only).
     stream_prefetch: bool = True
+    #: Row functions test at run time whether `out` lies just ahead of `x` modulo 1 MiB and
+    #: then run backward (code only; `kernels.rows.STORE_AHEAD_WINDOW`): Intel cores stall
+    #: forward loads on such stores, 2-5x; on Zen 5 the forward loop loses at most 1.2x
+    #: there and the backward softmax pass 1.5-1.7x (docs/softmax.md, "On AMD Zen 5").
+    store_direction: bool = True
     #: A parallel loop's start-up and per-iteration cost when measured on this
     #: microarchitecture (benchmarks/par_setup.py); None keeps the ISA's.
     par_setup: int | None = None
@@ -50,9 +55,15 @@ TUNINGS: dict[str, Tuning] = {
         Tuning("generic", par_setup=22_000),
         # a warm OpenMP fork and join: 0.7-2.8 us = 9k-38k units (docs/cost-model.md,
         # "Parallel loops"); the reference's 230k is ~18 us
-        Tuning("zen3", stream_prefetch=False, par_setup=36_000, par_per_iter=20),
-        Tuning("zen4", fast_dpbf16=True, stream_prefetch=False),
-        Tuning("zen5", fast_dpbf16=True),
+        Tuning(
+            "zen3",
+            stream_prefetch=False,
+            store_direction=False,
+            par_setup=36_000,
+            par_per_iter=20,
+        ),
+        Tuning("zen4", fast_dpbf16=True, stream_prefetch=False, store_direction=False),
+        Tuning("zen5", fast_dpbf16=True, store_direction=False),
     )
 }
 #: Tuning names (`Target.tune`), the default first.

@@ -149,3 +149,37 @@ def test_bf16_rows_keep_one_direction() -> None:
         use_cache=False,
     ).kernel
     assert "mb_stores_ahead" not in k.c_source
+
+
+@pytest.mark.parametrize("tune", ["zen3", "zen4", "zen5"])
+def test_amd_tunings_run_forward_with_the_same_bits(tune: str, tmp_path: Path) -> None:
+    """AMD tunings emit no direction test (the backward softmax lost 1.5-1.7x on Zen 5 and
+    the forward loop at most 1.2x; docs/softmax.md, "On AMD Zen 5"); their forward kernel
+    gives the generic kernel's bits at every placement."""
+    isa = "avx512" if host_supports("avx512") else "avx2"
+    if not host_supports(isa):
+        pytest.skip("this host runs neither avx512 nor avx2 code")
+    text = row_spec_text("softmax", ROWS, 3 * 2048 + 77)
+    fns = {}
+    for t in ("generic", tune):
+        k = synthesize_kernel(text, name="mb_dir", target=isa, tune=t, use_cache=False).kernel
+        assert ("mb_stores_ahead" in k.c_source) == (t == "generic"), t
+        lib = build_shared_library(
+            find_compiler("gcc"),
+            tmp_path / t,
+            kernel_files(k),
+            "mb_dir",
+            flags=kernel_flags(k.abi.isa),
+            link_flags=["-lm"],
+        )
+        fns[t] = ctypes.CDLL(str(lib)).mb_dir
+        fns[t].restype = None
+    x = np.random.default_rng(5).uniform(-8.0, 8.0, size=(ROWS, 3 * 2048 + 77))
+    x = x.astype(np.float32)
+    ref = _run_at(fns["generic"], x, None, DISTANCES[0])
+    ok, _, _, msg = check_rows("softmax", {"x": x.astype(np.float64)}, ref.astype(np.float64))
+    assert ok, msg
+    for d in (DISTANCES[0], 16, 64):
+        got = _run_at(fns[tune], x, None, d)
+        differ = int(np.count_nonzero(got.view(np.uint32) != ref.view(np.uint32)))
+        assert differ == 0, f"{tune}, out {d} bytes past x: {differ} values differ"
