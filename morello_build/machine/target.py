@@ -63,7 +63,9 @@ TUNINGS: dict[str, Tuning] = {
             par_per_iter=20,
         ),
         Tuning("zen4", fast_dpbf16=True, stream_prefetch=False, store_direction=False),
-        Tuning("zen5", fast_dpbf16=True, store_direction=False),
+        # a warm fork and join on the Zen 5 VM: 0.44-0.60 us = 7.4k-11.0k units, 3-10 per
+        # iteration (docs/cost-model.md, "Parallel loops")
+        Tuning("zen5", fast_dpbf16=True, store_direction=False, par_setup=11_000, par_per_iter=10),
     )
 }
 #: Tuning names (`Target.tune`), the default first.
