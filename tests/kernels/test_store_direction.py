@@ -8,6 +8,10 @@ backward; softmax then sums its stored exps in the forward loop's order. These t
 the arrays in one buffer at chosen distances, run the compiled kernel through ctypes, and
 check that every placement gives the bits of the far-apart one (forward), that the C holds
 both directions, that nothing is written outside `out`, and that the result matches numpy.
+
+The order-free row functions also start with a masked head up to a vector boundary (numpy
+puts large arrays 16 bytes past a cache line); the last tests place x, b and out at every
+offset within a line and check that the bits are those of the aligned placement.
 """
 
 from __future__ import annotations
@@ -183,3 +187,97 @@ def test_amd_tunings_run_forward_with_the_same_bits(tune: str, tmp_path: Path) -
         got = _run_at(fns[tune], x, None, d)
         differ = int(np.count_nonzero(got.view(np.uint32) != ref.view(np.uint32)))
         assert differ == 0, f"{tune}, out {d} bytes past x: {differ} values differ"
+
+
+#: (op, row length) for the aligned heads: the max (exact, so any start gives its value), a
+#: softmax of several chunks (its max and scale passes), the online softmax (`complete`), an
+#: activation, and broadcasts of a row (b moves with x), a column and a whole tensor.
+HEAD_CASES = [
+    ("max", 1000),
+    ("softmax", 2 * 2048 + 77),
+    ("online softmax", 1000),
+    ("gelu_erf", 333),
+    ("relu", 1000),
+    ("add_row", 1000),
+    ("mul_col", 333),
+    ("add", 257),
+]
+#: Byte offsets past a 64-byte boundary: aligned, one float, numpy's 16, a ymm's 32, the last.
+OFFSETS = (0, 4, 16, 32, 60)
+
+
+def _run_placed(
+    fn: ctypes._CFuncPtr,
+    x: np.ndarray,
+    b: np.ndarray | None,
+    out_shape: tuple[int, ...],
+    offsets: tuple[int, int, int],
+) -> np.ndarray:
+    """Call the kernel with x, b and out each `offsets` bytes past a 64-byte boundary (in
+    that order), sentinels around out; the output, after checking the sentinels."""
+    arrays = []
+    for a, off in ((x, offsets[0]), (b, offsets[2])):
+        if a is None:
+            arrays.append(None)
+            continue
+        buf = np.zeros(a.nbytes + 128, dtype=np.uint8)
+        start = (-buf.ctypes.data) % 64 + off
+        placed = buf[start : start + a.nbytes].view(np.float32).reshape(a.shape)
+        placed[:] = a
+        arrays.append(placed)
+    size = int(np.prod(out_shape)) * 4
+    obuf = np.zeros(size + 256, dtype=np.uint8)
+    ostart = (-obuf.ctypes.data) % 64 + 64 + offsets[1]
+    guard = obuf[ostart - 64 : ostart + size + 64].view(np.float32)
+    guard[:] = SENTINEL
+    out = obuf[ostart : ostart + size].view(np.float32).reshape(out_shape)
+    args = [arrays[0].ctypes.data] + ([] if b is None else [arrays[1].ctypes.data])
+    fn(*[ctypes.c_void_p(a) for a in [*args, out.ctypes.data]])
+    assert (guard[:16] == SENTINEL).all() and (guard[-16:] == SENTINEL).all(), (
+        f"offsets {offsets}: the kernel wrote outside out"
+    )
+    return out.copy()
+
+
+@pytest.mark.parametrize("cc", COMPILERS)
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize(("op", "n"), HEAD_CASES)
+def test_every_alignment_gives_the_aligned_bits(
+    op: str, n: int, isa: str, cc: str, tmp_path: Path
+) -> None:
+    """Order-free row functions start with a masked head up to a vector boundary of `out`
+    (of `x` for the max): every placement of x, b and out gives the bits of the aligned one."""
+    if not have_compiler(cc):
+        pytest.skip(f"{cc} is not installed")
+    if not host_supports(isa):
+        pytest.skip(f"this host cannot run {isa} code")
+    k = _kernel(op, n, isa)
+    assert "the head, up to a vector boundary" in k.c_source
+    lib = build_shared_library(
+        find_compiler(cc),
+        tmp_path / "lib",
+        kernel_files(k),
+        "mb_dir",
+        flags=kernel_flags(k.abi.isa),
+        link_flags=["-lm"],
+    )
+    fn = ctypes.CDLL(str(lib)).mb_dir
+    fn.restype = None
+    rng = np.random.default_rng(17)
+    x = rng.uniform(-8.0, 8.0, size=(ROWS, n)).astype(np.float32)
+    x[0, 2] = 40.0  # a row max inside the first 16 values: in the head when x is unaligned
+    b = None
+    if op in BROADCAST_KINDS:
+        b_shape = tuple((ROWS, n)[d] for d in broadcast_dims(op))
+        b = rng.uniform(-2.0, 2.0, size=b_shape).astype(np.float32)
+    out_shape = (ROWS,) if op == "max" else (ROWS, n)
+    ref = _run_placed(fn, x, b, out_shape, (0, 0, 0))
+    inputs = {"x": x.astype(np.float64)} | ({} if b is None else {"b": b.astype(np.float64)})
+    ok, _, _, msg = check_rows(op.split()[-1], inputs, ref.astype(np.float64))
+    assert ok, msg
+    for ox in OFFSETS:
+        for oo in OFFSETS:
+            ob = (ox + 4 * (oo // 16)) % 64  # b at yet another offset
+            got = _run_placed(fn, x, b, out_shape, (ox, oo, ob))
+            differ = int(np.count_nonzero(got.view(np.uint32) != ref.view(np.uint32)))
+            assert differ == 0, f"x +{ox}, out +{oo}, b +{ob}: {differ} values differ"
