@@ -59,9 +59,7 @@ def kernel_library(
     subprocess.run(cmd, cwd=tree or REPO, env=env, check=True, capture_output=True, text=True)
     files = {name: (into / name).read_text() for name in ("k.c", "k.h")}
     flags = kernel_flags(target)
-    lib = build_shared_library(
-        find_compiler("gcc"), into, files, "k", flags=flags, link_flags=["-lm"]
-    )
+    lib = build_shared_library(find_compiler("gcc"), into, files, "k", flags=flags, libs=["-lm"])
     fn = ctypes.CDLL(str(lib)).k
     fn.restype = None
     return fn

@@ -178,12 +178,19 @@ def build_shared_library(
     *,
     flags: Sequence[str],
     link_flags: Sequence[str] = (),
+    libs: Sequence[str] = (),
 ) -> Path:
-    """Write `files`, compile every `.c` among them with `flags`, link `lib<lib_name>.so`."""
+    """Write `files`, compile every `.c` among them with `flags`, link `lib<lib_name>.so`
+    (`libs` after the objects, as a linker wants libraries)."""
     paths = write_sources(workdir, files)
     objects = [compile_object(compiler, p, flags=flags) for p in paths if p.suffix == ".c"]
     if not objects:
         raise ValueError("no .c file to compile")
     return link(
-        compiler, objects, workdir / f"lib{lib_name}.so", shared=True, flags=[*flags, *link_flags]
+        compiler,
+        objects,
+        workdir / f"lib{lib_name}.so",
+        shared=True,
+        flags=[*flags, *link_flags],
+        libs=libs,
     )

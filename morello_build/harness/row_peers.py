@@ -44,12 +44,10 @@ from numpy.typing import NDArray
 from morello_build.codegen.abi import GeneratedKernel
 from morello_build.harness.compile import (
     Compiler,
-    compile_object,
+    build_shared_library,
     kernel_files,
     kernel_flags,
-    link,
     uses_openmp,
-    write_sources,
 )
 from morello_build.harness.peer_registry import PYTHON_PEERS
 from morello_build.harness.report import ImplResult
@@ -109,10 +107,9 @@ def ctypes_kernel(
     abi = kernel.abi
     openmp = uses_openmp(kernel)
     flags = [*kernel_flags(abi.isa, openmp=openmp), "-fPIC"]
-    workdir.mkdir(parents=True, exist_ok=True)
-    write_sources(workdir, kernel_files(kernel))
-    obj = compile_object(cc, workdir / f"{abi.name}.c", flags=flags)
-    lib_path = link(cc, [obj], workdir / "libmorello_py.so", shared=True, flags=flags, libs=["-lm"])
+    lib_path = build_shared_library(
+        cc, workdir, kernel_files(kernel), "morello_py", flags=flags, libs=["-lm"]
+    )
     fn = getattr(ctypes.CDLL(str(lib_path)), abi.name)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = None

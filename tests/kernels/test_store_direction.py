@@ -84,7 +84,7 @@ def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> ctypes._CFun
     workdir = tmp_path / f"{op.replace(' ', '_')}_{n}_{isa}_{cc}"
     flags = kernel_flags(k.abi.isa)
     lib = build_shared_library(
-        find_compiler(cc), workdir, kernel_files(k), "mb_dir", flags=flags, link_flags=["-lm"]
+        find_compiler(cc), workdir, kernel_files(k), "mb_dir", flags=flags, libs=["-lm"]
     )
     fn = ctypes.CDLL(str(lib)).mb_dir
     fn.restype = None
@@ -174,7 +174,7 @@ def test_amd_tunings_run_forward_with_the_same_bits(tune: str, tmp_path: Path) -
             kernel_files(k),
             "mb_dir",
             flags=kernel_flags(k.abi.isa),
-            link_flags=["-lm"],
+            libs=["-lm"],
         )
         fns[t] = ctypes.CDLL(str(lib)).mb_dir
         fns[t].restype = None
@@ -259,7 +259,7 @@ def test_every_alignment_gives_the_aligned_bits(
         kernel_files(k),
         "mb_dir",
         flags=kernel_flags(k.abi.isa),
-        link_flags=["-lm"],
+        libs=["-lm"],
     )
     fn = ctypes.CDLL(str(lib)).mb_dir
     fn.restype = None
