@@ -78,10 +78,16 @@ def _kernel(op: str, n: int, isa: str) -> GeneratedKernel:
     return synthesize_kernel(text, name="mb_dir", target=isa, use_cache=False).kernel
 
 
-def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> ctypes._CFuncPtr:
-    k = _kernel(op, n, isa)
-    assert "mb_stores_ahead(x, out" in k.c_source, "expected the run-time direction test"
-    workdir = tmp_path / f"{op.replace(' ', '_')}_{n}_{isa}_{cc}"
+def _require(cc: str, isa: str) -> None:
+    """Skip unless compiler `cc` is installed and this host runs `isa` code."""
+    if not have_compiler(cc):
+        pytest.skip(f"{cc} is not installed")
+    if not host_supports(isa):
+        pytest.skip(f"this host cannot run {isa} code")
+
+
+def _load(k: GeneratedKernel, cc: str, workdir: Path) -> ctypes._CFuncPtr:
+    """Kernel `k` built as a shared library with compiler `cc` and loaded: its function."""
     flags = kernel_flags(k.abi.isa)
     lib = build_shared_library(
         find_compiler(cc), workdir, kernel_files(k), "mb_dir", flags=flags, libs=["-lm"]
@@ -89,6 +95,35 @@ def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> ctypes._CFun
     fn = ctypes.CDLL(str(lib)).mb_dir
     fn.restype = None
     return fn
+
+
+def _library(op: str, n: int, isa: str, cc: str, tmp_path: Path) -> ctypes._CFuncPtr:
+    k = _kernel(op, n, isa)
+    assert "mb_stores_ahead(x, out" in k.c_source, "expected the run-time direction test"
+    return _load(k, cc, tmp_path / f"{op.replace(' ', '_')}_{n}_{isa}_{cc}")
+
+
+def _guarded_out(
+    buf: np.ndarray, start: int, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(guard, out): f32 `out` of `shape` at byte `start` of `buf`, and out with 64 bytes
+    either side, filled with sentinels."""
+    size = int(np.prod(shape)) * 4
+    guard = buf[start - 64 : start + size + 64].view(np.float32)
+    guard[:] = SENTINEL
+    return guard, buf[start : start + size].view(np.float32).reshape(shape)
+
+
+def _call_guarded(
+    fn: ctypes._CFuncPtr, inputs: list[int], guard: np.ndarray, out: np.ndarray, where: str
+) -> np.ndarray:
+    """Call the kernel on the `inputs` pointers and `out`, whose `guard` (out with 64
+    bytes either side) was filled with sentinels; a copy of out, after checking them."""
+    fn(*[ctypes.c_void_p(a) for a in [*inputs, out.ctypes.data]])
+    assert (guard[:16] == SENTINEL).all() and (guard[-16:] == SENTINEL).all(), (
+        f"{where}: the kernel wrote outside out"
+    )
+    return out.copy()
 
 
 def _run_at(fn: ctypes._CFuncPtr, x: np.ndarray, b: np.ndarray | None, d: int) -> np.ndarray:
@@ -101,17 +136,10 @@ def _run_at(fn: ctypes._CFuncPtr, x: np.ndarray, b: np.ndarray | None, d: int) -
     base = (-buf.ctypes.data) % 4096
     xs = buf[base : base + nbytes].view(np.float32).reshape(x.shape)
     xs[:] = x
-    start += base
-    guard = buf[start - 64 : start + nbytes + 64].view(np.float32)
-    guard[:] = SENTINEL
-    out = buf[start : start + nbytes].view(np.float32).reshape(x.shape)
+    guard, out = _guarded_out(buf, start + base, x.shape)
     assert (out.ctypes.data - xs.ctypes.data) % MIB == d % MIB
-    args = [xs.ctypes.data] + ([] if b is None else [b.ctypes.data]) + [out.ctypes.data]
-    fn(*[ctypes.c_void_p(a) for a in args])
-    assert (guard[:16] == SENTINEL).all() and (guard[-16:] == SENTINEL).all(), (
-        f"d={d}: the kernel wrote outside out"
-    )
-    return out.copy()
+    inputs = [xs.ctypes.data] + ([] if b is None else [b.ctypes.data])
+    return _call_guarded(fn, inputs, guard, out, f"d={d}")
 
 
 @pytest.mark.parametrize("cc", COMPILERS)
@@ -120,10 +148,7 @@ def _run_at(fn: ctypes._CFuncPtr, x: np.ndarray, b: np.ndarray | None, d: int) -
 def test_every_distance_gives_the_far_apart_bits(
     op: str, n: int, isa: str, cc: str, tmp_path: Path
 ) -> None:
-    if not have_compiler(cc):
-        pytest.skip(f"{cc} is not installed")
-    if not host_supports(isa):
-        pytest.skip(f"this host cannot run {isa} code")
+    _require(cc, isa)
     fn = _library(op, n, isa, cc, tmp_path)
     rng = np.random.default_rng(11)
     x = rng.uniform(-8.0, 8.0, size=(ROWS, n)).astype(np.float32)
@@ -168,16 +193,7 @@ def test_amd_tunings_run_forward_with_the_same_bits(tune: str, tmp_path: Path) -
     for t in ("generic", tune):
         k = synthesize_kernel(text, name="mb_dir", target=isa, tune=t, use_cache=False).kernel
         assert ("mb_stores_ahead" in k.c_source) == (t == "generic"), t
-        lib = build_shared_library(
-            find_compiler("gcc"),
-            tmp_path / t,
-            kernel_files(k),
-            "mb_dir",
-            flags=kernel_flags(k.abi.isa),
-            libs=["-lm"],
-        )
-        fns[t] = ctypes.CDLL(str(lib)).mb_dir
-        fns[t].restype = None
+        fns[t] = _load(k, "gcc", tmp_path / t)
     x = np.random.default_rng(5).uniform(-8.0, 8.0, size=(ROWS, 3 * 2048 + 77))
     x = x.astype(np.float32)
     ref = _run_at(fns["generic"], x, None, DISTANCES[0])
@@ -225,18 +241,10 @@ def _run_placed(
         placed = buf[start : start + a.nbytes].view(np.float32).reshape(a.shape)
         placed[:] = a
         arrays.append(placed)
-    size = int(np.prod(out_shape)) * 4
-    obuf = np.zeros(size + 256, dtype=np.uint8)
-    ostart = (-obuf.ctypes.data) % 64 + 64 + offsets[1]
-    guard = obuf[ostart - 64 : ostart + size + 64].view(np.float32)
-    guard[:] = SENTINEL
-    out = obuf[ostart : ostart + size].view(np.float32).reshape(out_shape)
-    args = [arrays[0].ctypes.data] + ([] if b is None else [arrays[1].ctypes.data])
-    fn(*[ctypes.c_void_p(a) for a in [*args, out.ctypes.data]])
-    assert (guard[:16] == SENTINEL).all() and (guard[-16:] == SENTINEL).all(), (
-        f"offsets {offsets}: the kernel wrote outside out"
-    )
-    return out.copy()
+    obuf = np.zeros(int(np.prod(out_shape)) * 4 + 256, dtype=np.uint8)
+    guard, out = _guarded_out(obuf, (-obuf.ctypes.data) % 64 + 64 + offsets[1], out_shape)
+    inputs = [a.ctypes.data for a in arrays if a is not None]
+    return _call_guarded(fn, inputs, guard, out, f"offsets {offsets}")
 
 
 @pytest.mark.parametrize("cc", COMPILERS)
@@ -247,22 +255,10 @@ def test_every_alignment_gives_the_aligned_bits(
 ) -> None:
     """Order-free row functions start with a masked head up to a vector boundary of `out`
     (of `x` for the max): every placement of x, b and out gives the bits of the aligned one."""
-    if not have_compiler(cc):
-        pytest.skip(f"{cc} is not installed")
-    if not host_supports(isa):
-        pytest.skip(f"this host cannot run {isa} code")
+    _require(cc, isa)
     k = _kernel(op, n, isa)
     assert "the head, up to a vector boundary" in k.c_source
-    lib = build_shared_library(
-        find_compiler(cc),
-        tmp_path / "lib",
-        kernel_files(k),
-        "mb_dir",
-        flags=kernel_flags(k.abi.isa),
-        libs=["-lm"],
-    )
-    fn = ctypes.CDLL(str(lib)).mb_dir
-    fn.restype = None
+    fn = _load(k, cc, tmp_path / "lib")
     rng = np.random.default_rng(17)
     x = rng.uniform(-8.0, 8.0, size=(ROWS, n)).astype(np.float32)
     x[0, 2] = 40.0  # a row max inside the first 16 values: in the head when x is unaligned
