@@ -35,10 +35,11 @@ class Tuning:
     fast_dpbf16: bool = False
     #: The streaming matrix-vector loop prefetches B rows ahead in software (code only).
     stream_prefetch: bool = True
-    #: Row functions test at run time whether `out` lies just ahead of `x` modulo 1 MiB and
-    #: then run backward (code only; `kernels.rows.STORE_AHEAD_WINDOW`): Intel cores stall
-    #: forward loads on such stores, 2-5x; on Zen 5 the forward loop loses at most 1.2x
-    #: there and the backward softmax pass 1.5-1.7x (docs/softmax.md, "On AMD Zen 5").
+    #: Row functions test at run time whether `out` lies just ahead of `x` modulo 1 MiB on
+    #: an Intel CPU and then run backward (code only; `kernels.rows.STORE_AHEAD_WINDOW`):
+    #: Intel cores stall forward loads on such stores, 2-5x; on Zen 5 the forward loop loses
+    #: at most 1.2x there and the backward softmax pass 1.5-1.7x, so AMD tunings emit no
+    #: test (docs/softmax.md, "On AMD Zen 5").
     store_direction: bool = True
     #: A parallel loop's start-up and per-iteration cost when measured on this
     #: microarchitecture (benchmarks/par_setup.py); None keeps the ISA's.
