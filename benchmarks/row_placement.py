@@ -41,6 +41,7 @@ from morello_build.harness.compile import (  # noqa: E402
     kernel_flags,
 )
 from morello_build.ir.spec import BROADCAST_KINDS, broadcast_dims  # noqa: E402
+from morello_build.machine.target import TUNES  # noqa: E402
 
 
 def kernel_library(
@@ -75,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tune",
         default="generic",
-        help="the tuning to synthesize for (generic, the default, tests the direction; "
-        "zen3/zen4/zen5 run forward)",
+        choices=TUNES,
+        help="the tuning to synthesize for (generic, the default, tests the direction on "
+        "Intel CPUs; zen3/zen4/zen5 run forward)",
     )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=5)

@@ -14,6 +14,7 @@ from morello_build.codegen.abi import C_TYPES
 from morello_build.codegen.views import AddressMap, CodegenError, Loc
 from morello_build.ir.dtypes import Dtype
 from morello_build.machine.isa import AMX_PERMISSION_ASM, ISA
+from morello_build.machine.target import TUNINGS, Tuning
 
 #: Short dtype tags for vector typedef names (``vf32x16``, ``vu16x16``, ``vu32x16``).
 _TAGS: dict[Dtype, str] = {
@@ -105,11 +106,10 @@ class Ctx:
         self,
         isa: str,
         annotate: bool,
-        stream_prefetch: bool = True,
+        tuning: Tuning = TUNINGS["generic"],
         fn_name: str = "kernel",
         params: tuple[tuple[str, str], ...] = (),
         index_type: str = "int",
-        store_direction: bool = True,
     ) -> None:
         if isa not in ISA:
             raise CodegenError(f"unknown target ISA {isa!r}; expected one of {list(ISA)}")
@@ -123,14 +123,14 @@ class Ctx:
         #: `emit.index_type`). Every index expression contains a loop variable or is a
         #: literal, so widening the variables widens the arithmetic.
         self.index_type = index_type
-        #: Software prefetch in streaming matrix-vector loops (`machine.target.Tuning`).
-        self.stream_prefetch = stream_prefetch
-        #: Row functions choose their direction by where `out` lies (`machine.target.Tuning`).
-        self.store_direction = store_direction
+        #: What the microarchitecture changes of the code (software prefetch in streaming
+        #: matrix-vector loops, the row functions' direction test).
+        self.tuning = tuning
         self.lines: list[str] = []
         self.depth = 1
         self.vector_types: set[tuple[str, int, int]] = set()  # (tag, lanes, bytes)
         self.helpers: set[str] = set()
+        self.helper_sources: dict[str, str] = {}  # generated helpers (`use_helper`)
         self.includes: set[str] = set()
         self.amap = AddressMap()
         self.workspace_bytes = 0
@@ -309,6 +309,16 @@ class Ctx:
             raise CodegenError(f"no float conversion from {loc.buf.dtype}")
         return loc.ref()
 
-    def use_helper(self, name: str) -> None:
+    def use_helper(self, name: str, source: str | None = None) -> None:
+        """Emit helper `name` once in this file: `HELPERS[name]`, or `source`, a helper
+        generated for this file. Generated text stays with the file, not in the process-wide
+        HELPERS, since it may depend on the file's target and tuning (a zen kernel made
+        after a generic one in one process had reused the generic row functions)."""
+        if source is not None:
+            self.helper_sources[name] = source
         self.helpers.add(name)
         self.includes.add("string.h")
+
+    def helper_text(self, name: str) -> str:
+        """The C of helper `name` as `use_helper` declared it."""
+        return self.helper_sources.get(name) or HELPERS[name]

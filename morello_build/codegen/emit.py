@@ -33,7 +33,6 @@ from morello_build.codegen.abi import (
     header_guard,
 )
 from morello_build.codegen.context import (
-    HELPERS,
     INT_INDEX_MAX,
     WIDE_INDEX,
     Ctx,
@@ -488,16 +487,7 @@ def generate_c(
     spec = impl.spec
     abi = kernel_abi(spec, name, target_isa)
     pointers = tuple((o.c_param(), o.name) for o in abi.operands)
-    tuning = TUNINGS[tune]
-    ctx = Ctx(
-        target_isa,
-        annotate,
-        tuning.stream_prefetch,
-        name,
-        pointers,
-        index_type(impl),
-        store_direction=tuning.store_direction,
-    )
+    ctx = Ctx(target_isa, annotate, TUNINGS[tune], name, pointers, index_type(impl))
     params = tuple(
         Buffer(o.name, t.dtype, t.shape, t.layout, MEM if t.level is not Level.RF else RF)
         for o, t in zip(abi.operands, spec.operands)
@@ -522,7 +512,7 @@ def generate_c(
     if typedefs:
         out += [*typedefs, ""]
     for h in sorted(ctx.helpers):
-        out.append(HELPERS[h])
+        out.append(ctx.helper_text(h))
     for fn in ctx.functions:
         out += [fn, ""]
     # Cache-line aligned entry: faster small kernels (docs/cost-model.md, "Function alignment").

@@ -170,7 +170,7 @@ def _emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:
         esize = b.buf.dtype.size
         row_bytes = count * lanes * esize  # of each row, this step
         if (
-            ctx.stream_prefetch
+            ctx.tuning.stream_prefetch
             and var
             and row_bytes <= STREAM_PREFETCH_MAX_STEP_BYTES
             and n >= STREAM_PREFETCH_MIN_ROW

@@ -20,7 +20,7 @@ and use vecmath's `expm` (same bits as `exp` there, cheaper to scale).
 
 from __future__ import annotations
 
-from morello_build.codegen.context import HELPERS, Ctx
+from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import MEM, CodegenError, View
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
@@ -158,8 +158,8 @@ def _use_math(ctx: Ctx, name: str, lanes: int | None) -> str:
         for tag, n in vecmath.typedefs_needed(name, lanes):
             ctx.vtype(_TAG_DTYPES[tag], n)
     key = f"vm{_depth(name, lanes)}_{name}_{lanes or 1}"
-    HELPERS.setdefault(key, vecmath.helper_source(name, lanes))
-    ctx.use_helper(key)
+    if key not in ctx.helpers:
+        ctx.use_helper(key, vecmath.helper_source(name, lanes))
     return vecmath.vec_fn(name, lanes) if lanes is not None else vecmath.scalar_fn(name)
 
 
@@ -173,8 +173,7 @@ def _depth(name: str, lanes: int | None) -> int:
 
 
 def _use(ctx: Ctx, key: str, source: str) -> None:
-    HELPERS.setdefault(key, source)
-    ctx.use_helper(key)
+    ctx.use_helper(key, source)
 
 
 def _loader(ctx: Ctx, dtype: Dtype, lanes: int) -> str:
@@ -244,7 +243,7 @@ def _stores_ahead(
     faster than `x`, so the distance crosses the window within window / 2 elements and a
     row never runs in it for long; None under a tuning without the test (AMD cores, where
     the forward loop is the faster one at every distance measured)."""
-    if dtype != F32 or not ctx.store_direction:
+    if dtype != F32 or not ctx.tuning.store_direction:
         return None
     _use(ctx, "va_stores_ahead", _STORES_AHEAD)
     return " || ".join(f"mb_stores_ahead({p}, out, {window})" for p in inputs)
@@ -312,21 +311,22 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
         for j in range(0, ROW_ACCUMULATORS, 2)
     )
     init = ", ".join(f"a{j} = ({vt}){{0}} + m" for j in range(ROW_ACCUMULATORS))
-    # a masked vector of x at i into a1 (-inf in the lanes off), as the remainder's; the max
-    # is exact, so an aligned head gives the same value
+    # a masked vector of x at i into a1 (-inf in the lanes off): the remainder, and the
+    # aligned head (the max is exact, so any start gives the same value)
     masked = (
         f"        const {vt} v1 = {_mload(ctx, lanes, dtype, 'x + i', '-__builtin_inff()')};\n"
         f"        a1 = {vm(ctx, lanes, 'a1', 'v1')};\n"
         f"        {_nan_record(lanes, 'v1', 'v1')};\n"
+        if _masked(lanes, dtype)
+        else ""
     )
-    head = masked if _masked(lanes, dtype) else ""
     return (
         f"static inline float {name}(const {xt} *restrict x, int64_t n, float m) {{\n"
         "    if (m != m)\n        return m;\n"
         f"    {vt} {init};\n"
         f"    {_NAN_FLAGS[lanes][0]};\n"
         "    int64_t i = 0;\n"
-        + _aligned_head(ctx, lanes, dtype, "x", ("x",), head)
+        + _aligned_head(ctx, lanes, dtype, "x", ("x",), masked)
         + f"    for (const int64_t end = n - n % {step}; i < end; i += {step}) {{\n"
         f"{vals}{maxes}{pairs}    }}\n"
         f"    for (const int64_t end = n - n % {lanes}; i < end; i += {lanes}) {{\n"
@@ -334,7 +334,7 @@ def _max_fn(ctx: Ctx, name: str, xt: str, sx: str, dtype: Dtype, lanes: int) -> 
         f"        a0 = {vm(ctx, lanes, 'a0', 'v0')};\n"
         f"        {_nan_record(lanes, 'v0', 'v0')};\n"
         "    }\n"
-        + (_masked_block(ctx, lanes, dtype, masked) if _masked(lanes, dtype) else "")
+        + (_masked_block(ctx, lanes, dtype, masked) if masked else "")
         + f'    if ({_NAN_FLAGS[lanes][1]})\n        return __builtin_nanf("");\n'
         f"    a0 = {vm(ctx, lanes, vm(ctx, lanes, 'a0', 'a1'), vm(ctx, lanes, 'a2', 'a3'))};\n"
         f"    for (int j = 0; j < {lanes}; j++)\n"
@@ -418,9 +418,7 @@ def _row_fn(ctx: Ctx, op: str, dtype: Dtype) -> str:
     """Define (once per file) the row function of `op` for inputs of `dtype`; its name."""
     lanes = ctx.f32_lanes
     name = f"mb_row_{op}_{dtype.value}_{lanes}"
-    # HELPERS holds one source per key for the process: what the code depends on is in it
-    fwd = "" if ctx.store_direction else "_fwd"
-    key = f"vr{_TIER.get(op, 0)}_{op}_{dtype.value}_{lanes}{fwd}"
+    key = f"vr{_TIER.get(op, 0)}_{op}_{dtype.value}_{lanes}"
     if key in ctx.helpers:
         return name
     xt = _xtype(dtype)
@@ -588,6 +586,11 @@ def _masked_block(ctx: Ctx, lanes: int, dtype: Dtype, body: str) -> str:
     )
 
 
+def _aligns(lanes: int, dtype: Dtype) -> bool:
+    """Whether row functions of `dtype` on `lanes` get an aligned head (f32, masked)."""
+    return dtype == F32 and _masked(lanes, dtype)
+
+
 def _aligned_head(
     ctx: Ctx, lanes: int, dtype: Dtype, ptr: str, shift: tuple[str, ...], body: str
 ) -> str:
@@ -599,7 +602,7 @@ def _aligned_head(
     Only for functions whose result does not depend on where the vectors start (elementwise
     ones, the max), so the bits are the same at every address; empty where a remainder is
     not masked."""
-    if dtype != F32 or not _masked(lanes, dtype):
+    if not _aligns(lanes, dtype):
         return ""
     ctx.includes.add("immintrin.h")
     vbytes = lanes * 4
@@ -677,7 +680,7 @@ def _elementwise_head(
     shift: tuple[str, ...] = ("x", "out"),
 ) -> str:
     """`_aligned_head` of an elementwise row function: `out` aligned, `shift` moved."""
-    if dtype != F32 or not _masked(lanes, dtype):
+    if not _aligns(lanes, dtype):  # before the body: its masked loads declare helpers
         return ""
     body = _elementwise_masked(ctx, lanes, expr, loads)
     return _aligned_head(ctx, lanes, dtype, "out", shift, body)

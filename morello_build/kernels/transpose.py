@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from morello_build.codegen.context import HELPERS, Ctx
+from morello_build.codegen.context import Ctx
 from morello_build.codegen.views import MEM, CodegenError, Loc, View
 from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
@@ -159,8 +159,8 @@ def _use_helper(ctx: Ctx, dtype: Dtype, lanes: int) -> None:
     """Declare the block transpose for this file, its strides in the kernel's index type
     (`int` unless some offset of the kernel exceeds it)."""
     key = f"tr_{dtype.value}_{lanes}_{ctx.index_type}"
-    HELPERS.setdefault(key, _helper_source(dtype, lanes, ctx.index_type))
-    ctx.use_helper(key)
+    if key not in ctx.helpers:
+        ctx.use_helper(key, _helper_source(dtype, lanes, ctx.index_type))
     ctx.includes.add("immintrin.h")
 
 
