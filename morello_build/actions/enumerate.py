@@ -348,22 +348,30 @@ def _pow2_below(n: int) -> list[int]:
 
 
 def _tilings(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
-    return _shape_tilings(spec.kind, spec.shape, spec.output_index, spec.serial, target)
+    rows = target.register_rows
+    if target.f32_register_rows and all(o.dtype is Dtype.F32 for o in spec.operands):
+        rows += tuple(r for r in target.f32_register_rows if r not in rows)
+    return _shape_tilings(spec.kind, spec.shape, spec.output_index, spec.serial, rows, target)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _shape_tilings(
-    kind: str, shape: tuple[int, ...], output_index: int, serial: bool, target: Target
+    kind: str,
+    shape: tuple[int, ...],
+    output_index: int,
+    serial: bool,
+    register_rows: tuple[int, ...],
+    target: Target,
 ) -> tuple[Action, ...]:
-    """Output tilings of a `kind` Spec of `shape`: listed once per shape (see
-    `_operand_moves`)."""
+    """Output tilings of a `kind` Spec of `shape`, with the register-filling heights
+    `register_rows` for Matmul rows: listed once per shape (see `_operand_moves`)."""
     out_dims = dim_maps(kind, len(shape))[output_index]
     if not out_dims:
         return ()  # a single value (a pipeline's scalar, moved): nothing to tile
     biggest = max(shape[d] for d in out_dims)
     sizes = _pow2_below(biggest) + [biggest]
     rows = len(shape) == 4 and (kind == MATMUL or kind.startswith(MATMUL + STAGE_SEP))
-    extra = [r for r in target.register_rows if r < biggest and r not in sizes] if rows else []
+    extra = [r for r in register_rows if r < biggest and r not in sizes] if rows else []
     acts: list[Action] = []
     for size in sizes + extra:
         for d in out_dims:

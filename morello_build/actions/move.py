@@ -42,6 +42,8 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
       again instead (docs/cost-model.md, "Copies" and "Strided copies").
     - A same-level copy (packing into panels) is charged by its prologue and epilogue alone.
     - A move into registers pays the source's lines: its load and store kernels do not.
+    - An input's L2 view that a kernel reads in place pays less where the tuning measured it
+      (`Target.in_place_read_discount`, taken off in `Move.plan`, which knows the role).
     """
     if new.level == src.level:
         return 0
@@ -143,6 +145,9 @@ class Move:
             children.append(canonical(MOVE, False, src.shape, (new, src), spec.serial))
         if spec in children:
             return None  # would not make progress
+        if view and role == IN and spec.kind != MOVE:
+            # a kernel reads this input in place (a copy, a Move Spec, keeps the price)
+            const -= target.in_place_read_discount(src)
         return new_tuple(Plan, (tuple(children), (1,) * len(children), const, own))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:

@@ -22,7 +22,7 @@ from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
 from morello_build.ir.tensorspec import TensorSpec
-from morello_build.machine.isa import ISA, ISAS, native_isa, native_tune
+from morello_build.machine.isa import ISA, ISAS, Isa, native_isa, native_tune
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,16 @@ class Tuning:
     #: microarchitecture (benchmarks/par_setup.py); None keeps the ISA's.
     par_setup: int | None = None
     par_per_iter: int | None = None
+    #: What a line of an input's L2 view costs when a kernel reads it in place, when
+    #: measured below the ISA's L2 cost on this microarchitecture (None: the ISA's).
+    #: Copies, and outputs read and written back, keep the ISA's price.
+    l2_read_hit: int | None = None
+    #: The L2 lines the model may fill, when measured below the ISA's (`Isa.l2_lines`);
+    #: None keeps the ISA's.
+    l2_lines: int | None = None
+    #: Register-tile heights offered besides the ISA's (`Isa.register_rows`) to products
+    #: of f32 operands (the broadcast-FMA tiles they were measured with).
+    f32_register_rows: tuple[int, ...] = ()
 
 
 #: Tunings by name, the default first.
@@ -66,7 +76,20 @@ TUNINGS: dict[str, Tuning] = {
         Tuning("zen4", fast_dpbf16=True, stream_prefetch=False, store_direction=False),
         # a warm fork and join on the Zen 5 VM: 0.44-0.60 us = 7.4k-11.0k units, 3-10 per
         # iteration (docs/cost-model.md, "Parallel loops")
-        Tuning("zen5", fast_dpbf16=True, store_direction=False, par_setup=11_000, par_per_iter=10),
+        # a register tile reading B from L2 runs as fast as from L1 (a copy out of L2 costs
+        # 1.3x one out of L1), f32 6x64 tiles fill 24 zmm as 12x32 ones do (bf16
+        # vdpbf16ps tiles of 6 rows ran 0.93x), and an L2 view that fills all of its 1 MiB
+        # L2 is evicted by the other streams: docs/cost-model.md, "Lines read from L2"
+        Tuning(
+            "zen5",
+            fast_dpbf16=True,
+            store_direction=False,
+            par_setup=11_000,
+            par_per_iter=10,
+            l2_read_hit=1,
+            l2_lines=1 << 13,
+            f32_register_rows=(6,),
+        ),
     )
 }
 #: Tuning names (`Target.tune`), the default first.
@@ -87,10 +110,15 @@ class Target:
     par_setup: int
     par_per_iter: int
     processors: int = 1
-    #: Extra register-tile heights of Matmul tilings (`Isa.register_rows`).
+    #: Extra register-tile heights of Matmul tilings (`Isa.register_rows`), and those of
+    #: f32 products only (`Tuning.f32_register_rows`).
     register_rows: tuple[int, ...] = ()
+    f32_register_rows: tuple[int, ...] = ()
     #: A strided source's copy surcharge, percent of its run-by-run reads (`Isa`).
     strided_copy_percent: int = 100
+    #: What a line of an input's L2 view read in place costs (`Tuning.l2_read_hit`);
+    #: None: what any L2 line costs.
+    l2_read_hit: int | None = None
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     def __hash__(self) -> int:
@@ -124,6 +152,14 @@ class Target:
         c = self.run_lines_cost(t)
         return c if t.is_contiguous else 2 * c
 
+    def in_place_read_discount(self, t: TensorSpec) -> int:
+        """What an input's cache view of `t` costs less than `move_cost(t)` when a kernel
+        reads it in place: the tuning's measured price of an L2 line
+        (`Tuning.l2_read_hit`), 0 elsewhere."""
+        if self.l2_read_hit is None or t.level is not Level.L2:
+            return 0
+        return (self.hit_cost[Level.L2] - self.l2_read_hit) * t.cache_lines()
+
     def run_lines_cost(self, t: TensorSpec) -> int:
         """Cost of touching every line of `t` once, a contiguous run at a time (what a
         copy's prologue pays to read it, row by row).
@@ -149,6 +185,14 @@ class Target:
                     f"operand {i}: vector size {o.vector_size} is not available for "
                     f"{o.dtype} on {self.isa} (legal: {legal})"
                 )
+
+
+def _max_limits(rec: Isa, tuning: Tuning) -> Limits:
+    """The ISA's memory limits, with the tuning's L2 capacity where both have an L2."""
+    limits = rec.max_limits
+    if tuning.l2_lines is None or not rec.l2_lines:
+        return limits
+    return (*limits[: Level.L2], tuning.l2_lines, *limits[Level.L2 + 1 :])
 
 
 def resolve_tune(tune: str | None, target_name: str) -> str:
@@ -179,12 +223,14 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
     return Target(
         isa=rec.name,
         vector_bytes=rec.vector_bytes,
-        max_limits=rec.max_limits,
+        max_limits=_max_limits(rec, tuning),
         hit_cost=rec.hit_cost,
         par_setup=rec.par_setup if tuning.par_setup is None else tuning.par_setup,
         par_per_iter=rec.par_per_iter if tuning.par_per_iter is None else tuning.par_per_iter,
         processors=max(1, threads),
         register_rows=rec.register_rows,
+        f32_register_rows=tuning.f32_register_rows if rec.vector_bytes else (),
         strided_copy_percent=rec.strided_copy_percent,
+        l2_read_hit=tuning.l2_read_hit if rec.l2_lines else None,
         tune=tuning.name,
     )

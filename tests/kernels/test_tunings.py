@@ -1,5 +1,6 @@
 """Tunings as a code choice: the streaming matrix-vector loop prefetches B rows in software
-under `generic` (a Xeon win) and `zen5`, and not under `zen3`/`zen4` (an AMD Zen 3/4 loss).
+under `generic` (a Xeon win) and `zen5`, and not under `zen3`/`zen4` (an AMD Zen 3/4 loss);
+and as a model choice: zen5 keeps B in L2 under 6-row register tiles.
 
 Each kernel is compiled with gcc and clang and checked against numpy; the avx512 case skips
 on hosts without AVX-512 BF16.
@@ -15,6 +16,7 @@ import pytest
 
 from morello_build.api import cache_target_id, matmul_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import CodegenError, generate_c
+from morello_build.impl.printer import to_text
 from morello_build.machine.target import TUNINGS, get_target
 from tests.support.compilers import verify_with_each_compiler
 
@@ -54,6 +56,22 @@ def test_tunings_stream_with_or_without_prefetch(isa, dtype, k, n):
     assert by_tune["zen5"].c_source.splitlines()[1:] == by_tune["generic"].c_source.splitlines()[1:]
     for tune, kernel in by_tune.items():
         _check(kernel, f"{isa} {dtype} 1x{k}x{n} tune {tune}")
+
+
+def test_zen5_sweeps_b_from_l2_under_6_row_tiles():
+    """zen5 prices an input read in place from L2 like an L1 line and offers f32 6x64 tiles
+    (docs/cost-model.md, "Lines read from L2"): a 64-column product moves B into L2 and
+    runs 6-row register tiles over it (45 rows: a 3-row remainder), where generic keeps
+    its own plan; both kernels match numpy, built with gcc and with clang."""
+    spec = matmul_spec_text(1, 45, 512, 64)
+    plans = {
+        t: synthesize(spec, "avx512", tune=t, use_cache=False).impl for t in ("zen5", "generic")
+    }
+    zen5, generic = to_text(plans["zen5"]), to_text(plans["generic"])
+    assert "move(1, L2" in zen5 and "tile_out(1x6x" in zen5, zen5
+    assert "tile_out(1x6x" not in generic
+    for tune, impl in plans.items():
+        _check(generate_c(impl, "mm", "avx512", tune=tune), f"avx512 f32 45x512x64 tune {tune}")
 
 
 def test_synthesize_kernel_applies_the_tuning_and_its_cache_table(tmp_path, monkeypatch):

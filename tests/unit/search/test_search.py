@@ -196,6 +196,38 @@ def test_a_copy_into_l1_pays_the_source_lines_once(target_name: str) -> None:
     )
 
 
+def test_zen5_prices_an_input_read_in_place_from_l2_as_l1() -> None:
+    """zen5 measured a register tile reading B from L2 as fast as from L1 (docs/cost-model.md,
+    "Lines read from L2"): an input's L2 view read by a kernel pays `l2_read_hit` per line.
+    An output's view (read and written back) and a copy's (a Move Spec) keep the ISA's L2
+    price, and so does every view under the generic tuning."""
+    from morello_build.actions.move import Move
+    from morello_build.ir.dtypes import Dtype
+
+    zen5, generic = get_target("avx512", tune="zen5"), get_target("avx512")
+    assert zen5.l2_read_hit == 1 < zen5.hit_cost[Level.L2] == generic.hit_cost[Level.L2] == 2
+    assert generic.l2_read_hit is None and get_target("avx2", tune="zen5").l2_read_hit is None
+    # ... and holds views of at most half its 1 MiB L2 (a whole-L2 view is evicted)
+    assert zen5.max_limits[Level.L2] * 2 == generic.max_limits[Level.L2] == 16384
+
+    def view_const(text: str, operand: int, t) -> int:
+        spec = parse_spec(text)
+        src = spec.operands[operand]
+        plan = Move(operand, Level.L1, src.layout, None, Dtype.F32).plan(spec, t)
+        assert plan is not None and len(plan.children) == 1  # a view: no prologue
+        return plan.const
+
+    b_in_l2 = "MatmulAccum(1x6x64x64, f32:L1:row, f32:L2:row, f32:L1:row, serial)"
+    lines = parse_spec(b_in_l2).operands[1].cache_lines()
+    assert view_const(b_in_l2, 1, generic) == 3 * lines  # L2 and L1 lines
+    assert view_const(b_in_l2, 1, zen5) == 2 * lines
+    c_in_l2 = "MatmulAccum(1x6x64x64, f32:L1:row, f32:L1:row, f32:L2:row, serial)"
+    c_lines = parse_spec(c_in_l2).operands[2].cache_lines()
+    assert view_const(c_in_l2, 2, zen5) == view_const(c_in_l2, 2, generic) == 3 * c_lines
+    copy = "Move(1x6x64, f32:L2:row, f32:L1:[2,1,2p32], serial)"
+    assert view_const(copy, 0, zen5) == view_const(copy, 0, generic)
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_search_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
     """The search pauses the cyclic collector while it runs (`gc_paused`); a host
