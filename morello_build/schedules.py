@@ -15,6 +15,7 @@ and never read). The search fills in everything below the panel.
 
 from __future__ import annotations
 
+from morello_build.ir.levels import Level
 from morello_build.schedule import Schedule, ScheduleError
 
 
@@ -101,3 +102,44 @@ def matmul_threads_split_columns(s: Schedule) -> Schedule:
     if _threads(s) == 1:
         return s
     return _split_columns_between_threads(s, "matmul_threads_split_columns")[0]
+
+
+def avx512_matmul_l2_panels(s: Schedule) -> Schedule:
+    """Schedule `Matmul(1xMxKxN, f32 GL row-major x3)` on AVX-512 with N % 64 == 0: each
+    64-column panel of B (K x 64) is copied into L2 and swept whole under 6x64 register
+    tiles (24 zmm accumulators) that start from zero, so C is written once. Built for T > 1
+    threads, the threads first split C's columns (N % (64 T) == 0).
+
+    For tall products with a narrow B, such as attention's `P @ v` at head dim 128
+    (2048x2048x128): the model prices this plan above its own, because it charges A's
+    reads from memory once per panel where the tiles' streaming reads of whole rows cost
+    almost nothing; on Zen 5 it ran 259 GF/s against the search's 191
+    (docs/cost-model.md, "Lines read from L2"). A panel (K x 256 bytes) must fit the
+    target's L2.
+    """
+    who = "avx512_matmul_l2_panels"
+    spec = s.holes()[0]
+    if len(spec.shape) != 4 or spec.shape[0] != 1:
+        raise ScheduleError(f"{who} schedules a 1xMxKxN Matmul, not {spec.text()}")
+    _, m, k, n = spec.shape
+    threads = _threads(s)
+    if n % (64 * threads):
+        why = "64-column panels" + (f" for each of {threads} threads" if threads > 1 else "")
+        raise ScheduleError(f"{who} needs N % {64 * threads} == 0 ({why}), got N={n}")
+    l2_lines = s.target.max_limits[Level.L2]
+    if not l2_lines:
+        raise ScheduleError(
+            f"{who} needs a target with an L2 level (avx512, amx), not {s.target.isa}"
+        )
+    if k * 64 * 4 > l2_lines * 64:
+        raise ScheduleError(
+            f"{who}: a {k}x64 panel of B ({k * 256 // 1024} KiB) does not fit the "
+            f"{s.target.isa} target's L2 ({l2_lines * 64 // 1024} KiB); K <= {l2_lines // 4}"
+        )
+    if threads > 1:
+        s = s.tile_out(1, m, n // threads, parallel=True)
+        n //= threads
+    if n > 64:
+        s = s.tile_out(1, m, 64)
+    s = s.move(1, "L2", layout="row")
+    return s.tile_out(1, 6, 64) if m > 6 else s
