@@ -49,18 +49,20 @@ def _threads(s: Schedule) -> int:
     return 1 if s.holes()[0].serial else s.target.processors
 
 
-def _split_columns_between_threads(s: Schedule, who: str) -> tuple[Schedule, int, int]:
+def _split_columns_between_threads(
+    s: Schedule, who: str, panel: int = 16
+) -> tuple[Schedule, int, int]:
     """Check that the Spec is a 1xMxKxN Matmul and, built for T > 1 threads, split C's
-    columns between the threads (a multiple of 16 each). Returns the schedule, M and the
-    columns of one thread's part."""
+    columns between the threads (a multiple of `panel` each). Returns the schedule, M and
+    the columns of one thread's part."""
     spec = s.holes()[0]
     if len(spec.shape) != 4 or spec.shape[0] != 1:
         raise ScheduleError(f"{who} schedules a 1xMxKxN Matmul, not {spec.text()}")
     _, m, _, n = spec.shape
     threads = _threads(s)
-    if n % (16 * threads):
-        why = "16-column panels" + (f" for each of {threads} threads" if threads > 1 else "")
-        raise ScheduleError(f"{who} needs N % {16 * threads} == 0 ({why}), got N={n}")
+    if n % (panel * threads):
+        why = f"{panel}-column panels" + (f" for each of {threads} threads" if threads > 1 else "")
+        raise ScheduleError(f"{who} needs N % {panel * threads} == 0 ({why}), got N={n}")
     if threads == 1:
         return s, m, n
     return s.tile_out(1, m, n // threads, parallel=True), m, n // threads
@@ -118,27 +120,18 @@ def avx512_matmul_l2_panels(s: Schedule) -> Schedule:
     target's L2.
     """
     who = "avx512_matmul_l2_panels"
-    spec = s.holes()[0]
-    if len(spec.shape) != 4 or spec.shape[0] != 1:
-        raise ScheduleError(f"{who} schedules a 1xMxKxN Matmul, not {spec.text()}")
-    _, m, k, n = spec.shape
-    threads = _threads(s)
-    if n % (64 * threads):
-        why = "64-column panels" + (f" for each of {threads} threads" if threads > 1 else "")
-        raise ScheduleError(f"{who} needs N % {64 * threads} == 0 ({why}), got N={n}")
+    s, m, n = _split_columns_between_threads(s, who, panel=64)
     l2_lines = s.target.max_limits[Level.L2]
     if not l2_lines:
         raise ScheduleError(
             f"{who} needs a target with an L2 level (avx512, amx), not {s.target.isa}"
         )
+    k = s.holes()[0].shape[2]
     if k * 64 * 4 > l2_lines * 64:
         raise ScheduleError(
             f"{who}: a {k}x64 panel of B ({k * 256 // 1024} KiB) does not fit the "
             f"{s.target.isa} target's L2 ({l2_lines * 64 // 1024} KiB); K <= {l2_lines // 4}"
         )
-    if threads > 1:
-        s = s.tile_out(1, m, n // threads, parallel=True)
-        n //= threads
     if n > 64:
         s = s.tile_out(1, m, 64)
     s = s.move(1, "L2", layout="row")

@@ -350,7 +350,7 @@ def _pow2_below(n: int) -> list[int]:
 def _tilings(spec: LogicalSpec, target: Target) -> tuple[Action, ...]:
     rows = target.register_rows
     if target.f32_register_rows and all(o.dtype is Dtype.F32 for o in spec.operands):
-        rows += tuple(r for r in target.f32_register_rows if r not in rows)
+        rows = target.f32_register_rows
     return _shape_tilings(spec.kind, spec.shape, spec.output_index, spec.serial, rows, target)
 
 

@@ -111,7 +111,7 @@ class Target:
     par_per_iter: int
     processors: int = 1
     #: Extra register-tile heights of Matmul tilings (`Isa.register_rows`), and those of
-    #: f32 products only (`Tuning.f32_register_rows`).
+    #: f32 products when the tuning adds some (`Tuning.f32_register_rows`; empty: the same).
     register_rows: tuple[int, ...] = ()
     f32_register_rows: tuple[int, ...] = ()
     #: A strided source's copy surcharge, percent of its run-by-run reads (`Isa`).
@@ -195,6 +195,13 @@ def _max_limits(rec: Isa, tuning: Tuning) -> Limits:
     return (*limits[: Level.L2], tuning.l2_lines, *limits[Level.L2 + 1 :])
 
 
+def _f32_register_rows(rec: Isa, tuning: Tuning) -> tuple[int, ...]:
+    """The ISA's register-tile heights plus the tuning's f32 ones, or () when the tuning
+    adds none (so the enumeration need not look at the operands' dtypes)."""
+    extra = tuple(r for r in tuning.f32_register_rows if r not in rec.register_rows)
+    return (*rec.register_rows, *extra) if rec.vector_bytes and extra else ()
+
+
 def resolve_tune(tune: str | None, target_name: str) -> str:
     """The tuning a request means: `native` is this host's (`isa.native_tune`); None is
     `native` for the `native` target (like `-march=native`) and `generic` otherwise, so an
@@ -229,7 +236,7 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         par_per_iter=rec.par_per_iter if tuning.par_per_iter is None else tuning.par_per_iter,
         processors=max(1, threads),
         register_rows=rec.register_rows,
-        f32_register_rows=tuning.f32_register_rows if rec.vector_bytes else (),
+        f32_register_rows=_f32_register_rows(rec, tuning),
         strided_copy_percent=rec.strided_copy_percent,
         l2_read_hit=tuning.l2_read_hit if rec.l2_lines else None,
         tune=tuning.name,
