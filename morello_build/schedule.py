@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from morello_build.actions.accum import ToAccum
 from morello_build.actions.base import Action
-from morello_build.actions.move import Move, move_const
+from morello_build.actions.move import Move, in_place_discount, move_const
 from morello_build.actions.select import Select
 from morello_build.actions.tile import Split, TileOut, loop_const
 from morello_build.errors import MorelloError
@@ -271,6 +271,7 @@ def with_costs(node: Impl, target: Target) -> Impl:
     elif isinstance(node, Alloc):
         src = node.spec.operands[node.operand]
         main = move_const(src, node.tensor, node.cache_view, target) + sum(mains)
+        main -= in_place_discount(node.spec, node.operand, node.cache_view, target)
         cost = Cost(main, add_peak(_alloc_units(node), peak), depth + 1)
     elif isinstance(node, Block):
         cost = Cost(sum(mains), peak, depth + 1)

@@ -43,7 +43,7 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
     - A same-level copy (packing into panels) is charged by its prologue and epilogue alone.
     - A move into registers pays the source's lines: its load and store kernels do not.
     - An input's L2 view that a kernel reads in place pays less where the tuning measured it
-      (`Target.in_place_read_discount`, taken off in `Move.plan`, which knows the role).
+      (`in_place_discount`, taken off in `Move.plan`, which knows the role).
     """
     if new.level == src.level:
         return 0
@@ -54,6 +54,17 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
     # `move_cost` doubles a strided source's lines; the prologue already paid them once
     surcharge = target.run_lines_cost(src) * target.strided_copy_percent // 100
     return target.move_cost(new) + surcharge
+
+
+def in_place_discount(spec: LogicalSpec, operand: int, view: bool, target: Target) -> int:
+    """What a view of input `operand` costs less than `move_const` says because a kernel
+    reads it in place (`Target.in_place_read_discount`); 0 for outputs, which are read and
+    written back, and for a copy's source (a Move Spec), which keep the level's price.
+    `Move.plan` and `schedule.with_costs` both take it off, so a schedule's cost is the
+    DP's."""
+    if not view or spec.kind == MOVE or spec.roles()[operand] != IN:
+        return 0
+    return target.in_place_read_discount(spec.operands[operand])
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -145,9 +156,7 @@ class Move:
             children.append(canonical(MOVE, False, src.shape, (new, src), spec.serial))
         if spec in children:
             return None  # would not make progress
-        if view and role == IN and spec.kind != MOVE:
-            # a kernel reads this input in place (a copy, a Move Spec, keeps the price)
-            const -= target.in_place_read_discount(src)
+        const -= in_place_discount(spec, self.operand, view, target)
         return new_tuple(Plan, (tuple(children), (1,) * len(children), const, own))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:

@@ -73,22 +73,29 @@ def test_matmul_64_is_register_blocked(isa):
 
 
 @pytest.mark.parametrize(
-    "text, isa",
+    "text, isa, tune",
     [
-        ("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512"),
-        ("Matmul(1x10x10x10, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx2"),
-        ("Matmul(1x3x5x7, f32:GL:row, f32:GL:col, f32:GL:row, serial)", "x86-64"),
-        ("Matmul(1x1x64x32, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "avx512"),
+        ("Matmul(1x16x16x16, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx512", "generic"),
+        ("Matmul(1x10x10x10, f32:GL:row, f32:GL:row, f32:GL:row, serial)", "avx2", "generic"),
+        ("Matmul(1x3x5x7, f32:GL:row, f32:GL:col, f32:GL:row, serial)", "x86-64", "generic"),
+        ("Matmul(1x1x64x32, bf16:GL:row, bf16:GL:row, f32:GL:row, serial)", "avx512", "generic"),
+        # zen5 reads B's L2 view in place at its own price (`in_place_discount`)
+        ("Matmul(1x12x256x64, f32:L2:row, f32:L2:row, f32:L1:row, serial)", "avx512", "zen5"),
     ],
 )
-def test_dp_costs_equal_recomputed_tree_costs(text, isa):
-    t = get_target(isa)
+def test_dp_costs_equal_recomputed_tree_costs(text, isa, tune):
+    t = get_target(isa, tune=tune)
     ls = parse_spec(text)
     impl = Search(t).reconstruct(Spec(ls, t.max_limits))
     assert impl is not None
     recomputed = with_costs(impl, t)
     for a, b in zip(iter_nodes(impl), iter_nodes(recomputed)):
         assert a.cost == b.cost, a.spec.text()
+    if tune == "zen5":  # the case is one that reads an input's L2 view in place
+        assert any(
+            isinstance(n, Alloc) and n.cache_view and n.spec.operands[n.operand].level is Level.L2
+            for n in iter_nodes(impl)
+        )
 
 
 def test_boundary_bodies_for_non_powers_of_two():
