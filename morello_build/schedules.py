@@ -113,10 +113,11 @@ def avx512_matmul_l2_panels(s: Schedule) -> Schedule:
     threads, the threads first split C's columns (N % (64 T) == 0).
 
     For tall products with a narrow B, such as attention's `P @ v` at head dim 128
-    (2048x2048x128): the model prices this plan above its own, because it charges A's
-    reads from memory once per panel where the tiles' streaming reads of whole rows cost
-    almost nothing; on Zen 5 it ran 259 GF/s against the search's 191
-    (docs/cost-model.md, "Lines read from L2"). A panel (K x 256 bytes) must fit the
+    (2048x2048x128): the generic model prices this plan above its own, because it charges
+    A's reads from memory once per panel where the tiles' streaming reads of whole rows cost
+    almost nothing; on Zen 5 it ran 259 GF/s against that plan's 191 (docs/cost-model.md,
+    "Lines read from L2"). The zen5 tuning prices those reads as measured and finds a plan
+    like it by itself ("Rows streamed under a tile"). A panel (K x 256 bytes) must fit the
     target's L2.
     """
     who = "avx512_matmul_l2_panels"

@@ -427,8 +427,8 @@ def _relayouts(i: int, t: TensorSpec, level: Level, target: Target) -> list[lay.
     """Layouts worth copying a Matmul input into.
 
     A dense row-major copy of a strided tile (into L1), and for B (rhs) N-panels
-    `[n / p][k][p]` with p one or two vector widths (in GL or L1), which make each
-    k-row of a register tile one contiguous run.
+    `[n / p][k][p]` with p one or two vector widths, and four where the target has 6-row
+    f32 tiles (in GL or L1), which make each k-row of a register tile one contiguous run.
     """
     if level is Level.GL is t.level and not _is_plain(t.layout):
         return []  # no GL repacking of a packed tensor (module docstring)
@@ -439,7 +439,10 @@ def _relayouts(i: int, t: TensorSpec, level: Level, target: Target) -> list[lay.
         out.append(rm)
     if i == 1:
         lanes = target.lanes(Dtype.F32)
-        for p in sorted({lanes, 2 * lanes}):
+        widths = {lanes, 2 * lanes}
+        if target.f32_register_rows and t.dtype == Dtype.F32:
+            widths.add(4 * lanes)  # the rows of 6x64 f32 tiles (`Tuning.f32_register_rows`)
+        for p in sorted(widths):
             if 1 < p < shape[2] and shape[2] % p == 0 and shape[1] > 1:
                 out.append(lay.packed((0, 2, 1), 2, p, shape))
         amx = target.isa == "amx" and shape[1] % AMX_K_STEP == 0

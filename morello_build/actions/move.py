@@ -18,7 +18,7 @@ from morello_build.ir import layout as lay
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import LEVEL_COUNT, Limits
-from morello_build.ir.spec import IN, INOUT, MOVE, OUT, LogicalSpec, canonical, new_tuple
+from morello_build.ir.spec import IN, INOUT, MATMUL, MOVE, OUT, LogicalSpec, canonical, new_tuple
 from morello_build.ir.tensorspec import (
     TensorSpec,
     fits_l1_sets,
@@ -58,13 +58,16 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
 
 def in_place_discount(spec: LogicalSpec, operand: int, view: bool, target: Target) -> int:
     """What a view of input `operand` costs less than `move_const` says because a kernel
-    reads it in place (`Target.in_place_read_discount`); 0 for outputs, which are read and
-    written back, and for a copy's source (a Move Spec), which keep the level's price.
-    `Move.plan` and `schedule.with_costs` both take it off, so a schedule's cost is the
-    DP's."""
+    reads it in place (`Target.in_place_read_discount`, given a Matmul's vector FMAs when
+    it is the lhs); 0
+    for outputs, which are read and written back, and for a copy's source (a Move Spec),
+    which keep the level's price. `Move.plan` and `schedule.with_costs` both take it off,
+    so a schedule's cost is the DP's."""
     if not view or spec.kind == MOVE or spec.roles()[operand] != IN:
         return 0
-    return target.in_place_read_discount(spec.operands[operand])
+    # the lhs's rows, broadcast a value a k step, are what `gl_stream_hit` was measured on
+    fmas = spec.volume // target.lanes(Dtype.F32) if spec.kind == MATMUL and operand == 0 else 0
+    return target.in_place_read_discount(spec.operands[operand], fmas)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -49,6 +49,12 @@ class Tuning:
     #: measured below the ISA's L2 cost on this microarchitecture (None: the ISA's).
     #: Copies, and outputs read and written back, keep the ISA's price.
     l2_read_hit: int | None = None
+    #: What a line of a Matmul lhs's main-memory view costs when a kernel reads it in
+    #: place as rows of at least `STREAM_RUN_LINES` lines under at least
+    #: `STREAM_FMAS_PER_LINE` vector FMAs per line (A's rows under a whole-k register tile:
+    #: the prefetchers fetch them behind the FMAs), when measured below the ISA's price of
+    #: a main-memory line; None keeps the ISA's.
+    gl_stream_hit: int | None = None
     #: The L2 lines the model may fill, when measured below the ISA's (`Isa.l2_lines`);
     #: None keeps the ISA's.
     l2_lines: int | None = None
@@ -79,7 +85,9 @@ TUNINGS: dict[str, Tuning] = {
         # a register tile reading B from L2 runs as fast as from L1 (a copy out of L2 costs
         # 1.3x one out of L1), f32 6x64 tiles fill 24 zmm as 12x32 ones do (bf16
         # vdpbf16ps tiles of 6 rows ran 0.93x), and an L2 view that fills all of its 1 MiB
-        # L2 is evicted by the other streams: docs/cost-model.md, "Lines read from L2"
+        # L2 is evicted by the other streams: docs/cost-model.md, "Lines read from L2";
+        # a whole-k tile's rows of A cost 0.27 ns a line beyond its FMAs from L3 (median),
+        # 5 units: docs/cost-model.md, "Rows streamed under a tile"
         Tuning(
             "zen5",
             fast_dpbf16=True,
@@ -87,11 +95,17 @@ TUNINGS: dict[str, Tuning] = {
             par_setup=11_000,
             par_per_iter=10,
             l2_read_hit=1,
+            gl_stream_hit=5,
             l2_lines=1 << 13,
             f32_register_rows=(6,),
         ),
     )
 }
+#: Where `Tuning.gl_stream_hit` applies, as `benchmarks/row_stream.py` measured it: rows
+#: (along k) of at least 64 lines (4 KiB), each line feeding at least 16 vector FMAs.
+STREAM_RUN_LINES = 64
+STREAM_FMAS_PER_LINE = 16
+
 #: Tuning names (`Target.tune`), the default first.
 TUNES: tuple[str, ...] = tuple(TUNINGS)
 
@@ -119,6 +133,9 @@ class Target:
     #: What a line of an input's L2 view read in place costs (`Tuning.l2_read_hit`);
     #: None: what any L2 line costs.
     l2_read_hit: int | None = None
+    #: What a line of an input's main-memory rows streamed under a tile costs
+    #: (`Tuning.gl_stream_hit`); None: what any main-memory line costs.
+    gl_stream_hit: int | None = None
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     def __hash__(self) -> int:
@@ -152,13 +169,26 @@ class Target:
         c = self.run_lines_cost(t)
         return c if t.is_contiguous else 2 * c
 
-    def in_place_read_discount(self, t: TensorSpec) -> int:
+    def in_place_read_discount(self, t: TensorSpec, fmas: int) -> int:
         """What an input's cache view of `t` costs less than `move_cost(t)` when a kernel
-        reads it in place: the tuning's measured price of an L2 line
-        (`Tuning.l2_read_hit`), 0 elsewhere."""
-        if self.l2_read_hit is None or t.level is not Level.L2:
+        doing `fmas` vector FMAs (0: not a Matmul) reads it in place: the tuning's measured
+        price of an L2 line (`Tuning.l2_read_hit`), or of a main-memory line of long rows
+        under enough FMAs (`Tuning.gl_stream_hit`); 0 elsewhere."""
+        if t.level is Level.L2:
+            if self.l2_read_hit is None:
+                return 0
+            return (self.hit_cost[Level.L2] - self.l2_read_hit) * t.cache_lines()
+        if t.level is not Level.GL or self.gl_stream_hit is None or fmas <= 0:
             return 0
-        return (self.hit_cost[Level.L2] - self.l2_read_hit) * t.cache_lines()
+        count, per_run = lay.runs(t.layout, t.shape, t.dtype.size)
+        row_lines = -(-t.shape[-1] * t.dtype.size // 64)  # a row along k, contiguous
+        if row_lines < STREAM_RUN_LINES or per_run < row_lines:
+            return 0  # short rows (a block of them is one run, but no stream measured)
+        if fmas < STREAM_FMAS_PER_LINE * count * per_run:
+            return 0
+        # `run_lines_cost`'s lines, each row's unaligned start included (a strided view
+        # keeps `move_cost`'s surcharge, the reference model's doubling)
+        return (self.hit_cost[Level.GL] - self.gl_stream_hit) * count * (per_run + 1)
 
     def run_lines_cost(self, t: TensorSpec) -> int:
         """Cost of touching every line of `t` once, a contiguous run at a time (what a
@@ -239,5 +269,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         f32_register_rows=_f32_register_rows(rec, tuning),
         strided_copy_percent=rec.strided_copy_percent,
         l2_read_hit=tuning.l2_read_hit if rec.l2_lines else None,
+        gl_stream_hit=tuning.gl_stream_hit,
         tune=tuning.name,
     )

@@ -17,7 +17,9 @@ import pytest
 from morello_build.api import cache_target_id, matmul_spec_text, synthesize, synthesize_kernel
 from morello_build.codegen.emit import CodegenError, generate_c
 from morello_build.impl.printer import to_text
+from morello_build.ir.text import parse_spec
 from morello_build.machine.target import TUNINGS, get_target
+from morello_build.schedule import Schedule
 from tests.support.compilers import verify_with_each_compiler
 
 PREFETCH = "__builtin_prefetch"
@@ -72,6 +74,35 @@ def test_zen5_sweeps_b_from_l2_under_6_row_tiles():
     assert "tile_out(1x6x" not in generic
     for tune, impl in plans.items():
         _check(generate_c(impl, "mm", "avx512", tune=tune), f"avx512 f32 45x512x64 tune {tune}")
+
+
+def test_zen5_b_panels_of_64_columns_under_rows_of_a_streamed_in_place():
+    """The code of zen5's plan for tall products with a narrow B (docs/cost-model.md, "Rows
+    streamed under a tile"): B packed once into 64-column panels in memory (`[2,1,2p64]`,
+    offered where 6x64 f32 tiles are), each panel viewed in L2 and swept under whole-k
+    6x64 tiles that read A's rows in place; 45 rows leave a 3-row remainder. Built as a hand
+    schedule on a small shape so that it runs in every test battery; right with gcc and
+    clang."""
+    t = get_target("avx512", tune="zen5")
+    spec = parse_spec("Matmul(1x45x256x128, f32:GL:row, f32:GL:row, f32:GL:row, serial)")
+    s = Schedule.for_spec(spec, t).move(1, "GL", layout="[2,1,2p64]")
+    s = s.tile_out(1, 45, 64).move(1, "L2").tile_out(1, 6, 64)
+    impl = s.synthesize_rest().impl
+    assert "[2,1,2p64]" in to_text(impl) and "move(1, L2" in to_text(impl)
+    _check(generate_c(impl, "mm_p64", "avx512", tune="zen5"), "avx512 zen5 p64 panels 45x256x128")
+
+
+@pytest.mark.slow
+def test_zen5_search_packs_b_in_64_column_panels_for_a_tall_narrow_product():
+    """What the zen5 model chooses for `P @ v` of attention at head dim 128 (2048x2048x128):
+    B in 64-column panels, each swept from L2 under 6x64 tiles over all of k, A's rows read
+    in place (1.4x the plan before on Zen 5, docs/cost-model.md, "Rows streamed under a
+    tile"); checked against numpy with gcc and clang."""
+    spec = matmul_spec_text(1, 2048, 2048, 128)
+    impl = synthesize(spec, "avx512", tune="zen5", use_cache=False).impl
+    text = to_text(impl)
+    assert "[2,1,2p64]" in text and "tile_out(1x6x2048x64)" in text, text[:2000]
+    _check(generate_c(impl, "mm_tall", "avx512", tune="zen5"), "avx512 zen5 2048x2048x128")
 
 
 def test_synthesize_kernel_applies_the_tuning_and_its_cache_table(tmp_path, monkeypatch):

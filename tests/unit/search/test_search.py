@@ -235,6 +235,47 @@ def test_zen5_prices_an_input_read_in_place_from_l2_as_l1() -> None:
     assert view_const(copy, 0, zen5) == view_const(copy, 0, generic)
 
 
+def test_zen5_prices_rows_streamed_under_a_tile_at_the_measured_l3_price() -> None:
+    """zen5 measured a whole-k register tile's rows of A, read in place from L3, at 0.27 ns
+    a line beyond its FMAs (docs/cost-model.md, "Rows streamed under a tile"): a view of
+    the lhs's rows of >= 64 lines in main memory under >= 16 vector FMAs a line pays
+    `gl_stream_hit` a line. Shorter rows, fewer FMAs a line, B (a panel read many times
+    from L1 is not a stream), an output, a copy's source and the generic tuning keep main
+    memory's price."""
+    from morello_build.actions.move import Move
+    from morello_build.ir.dtypes import Dtype
+
+    zen5, generic = get_target("avx512", tune="zen5"), get_target("avx512")
+    gl = zen5.hit_cost[Level.GL]
+    assert zen5.gl_stream_hit == 5 < gl and generic.gl_stream_hit is None
+
+    def saved(text: str, operand: int) -> int:
+        spec = parse_spec(text)
+        src = spec.operands[operand]
+        move = Move(operand, Level.L1, src.layout, None, Dtype.F32)
+        plans = [move.plan(spec, t) for t in (generic, zen5)]
+        assert all(p is not None and len(p.children) == 1 for p in plans)  # views
+        return plans[0].const - plans[1].const  # type: ignore[union-attr]
+
+    # 6 rows of a bigger A, 2048 floats each (128 lines, + 1 for the unaligned start),
+    # under a 6x64 tile over all of k: 64 FMAs a line
+    assert (
+        saved("Matmul(1x6x2048x64, f32:GL:[1,2]c1, f32:L2:row, f32:L1:row, serial)", 0)
+        == (gl - 5) * 6 * 129
+    )
+    # 8 columns: 8 FMAs a line
+    assert saved("Matmul(1x6x2048x8, f32:GL:[1,2]c1, f32:L2:row, f32:L1:row, serial)", 0) == 0
+    # rows of 1 KiB, apart or one after the other (a contiguous block is one run)
+    assert saved("Matmul(1x6x256x64, f32:GL:[1,2]c1, f32:L2:row, f32:L1:row, serial)", 0) == 0
+    assert saved("Matmul(1x32x256x64, f32:GL:row, f32:L2:row, f32:L1:row, serial)", 0) == 0
+    assert saved("Matmul(1x64x128x2048, f32:L1:row, f32:GL:row, f32:L1:row, serial)", 1) == 0
+    assert saved("Matmul(1x6x2048x2048, f32:L1:row, f32:L2:row, f32:GL:row, serial)", 2) == 0
+    assert saved("Move(1x6x2048, f32:GL:row, f32:L1:row, serial)", 0) == 0
+    # not a Matmul: a row operation, and its scalar (a tensor of no dims)
+    assert saved("MulScalar(12x2048, f32:GL:row, f32:GL:row, f32:L1:row, serial)", 0) == 0
+    assert saved("MulScalar(12x2048, f32:L1:row, f32:GL:row, f32:L1:row, serial)", 1) == 0
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_search_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
     """The search pauses the cyclic collector while it runs (`gc_paused`); a host
