@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from c_probe import ProbeError, probe_compiler, run_probe
+from c_probe import ProbeError, cpu_name, probe_compiler, run_probe
 
 _C = r"""
 #include <immintrin.h>
@@ -105,20 +105,6 @@ def _sizes(text: str) -> list[int]:
     return values
 
 
-def _cpu() -> str:
-    """The CPU's name, family and model (what every figure must be written down with)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "unknown CPU")
-    return f"{name} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')})"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -149,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"level_reads.py: {e}", file=sys.stderr)
         return 1
     print(
-        f"{_cpu()}; {Path(cc).name}; medians of {args.samples} passes; ns per 64-byte line of "
+        f"{cpu_name()}; {Path(cc).name}; medians of {args.samples} passes; ns per 64-byte line of "
         "the buffer"
     )
     print("| buffer KiB | tile | tile / L1 | copy | copy / L1 | read | read / L1 |")

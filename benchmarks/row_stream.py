@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from c_probe import ProbeError, probe_compiler, run_probe
+from c_probe import ProbeError, cpu_name, probe_compiler, run_probe
 
 _C = r"""
 #include <immintrin.h>
@@ -97,20 +96,6 @@ def _ints(what: str, allowed: tuple[int, ...] | None = None):
     return parse
 
 
-def _cpu() -> str:
-    """The CPU's name, family and model (what every figure must be written down with)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "unknown CPU")
-    return f"{name} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')})"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -136,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(r < 6 for r in args.rows):
         parser.error("every --rows must be at least 6")
     print(
-        f"{_cpu()}; A R x {args.k} f32 ({args.k * 4} B rows), B {args.k} x W warm; medians "
+        f"{cpu_name()}; A R x {args.k} f32 ({args.k * 4} B rows), B {args.k} x W warm; medians "
         f"of {args.samples} passes; ns per line of A"
     )
     print("| A rows | A MiB | W | FMAs / line | resident | streamed | extra | extra / resident |")
