@@ -1,6 +1,7 @@
-"""The cost model's microbenchmarks (benchmarks/strided_copy.py, par_setup.py, tile_stream.py) run
-end to end on small sizes: a real C probe is built and run, and its table is well formed.
-Speed is not asserted (the figures are a machine's facts, recorded in docs/cost-model.md)."""
+"""The cost model's microbenchmarks (benchmarks/strided_copy.py, par_setup.py, tile_stream.py,
+level_reads.py, row_stream.py) run end to end on small sizes: a real C probe is built and
+run, and its table is well formed. Speed is not asserted (the figures are a machine's facts,
+recorded in docs/cost-model.md)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,54 @@ def test_tile_stream_refuses_bad_sizes() -> None:
     assert p.returncode == 2 and "--cols" in p.stderr and "Traceback" not in p.stderr
     p = _run("tile_stream.py", "--cols", "abc")
     assert p.returncode == 2 and "--cols" in p.stderr and "Traceback" not in p.stderr
+
+
+_AVX512 = pytest.mark.skipif(not host_supports("avx512"), reason="the probe uses AVX-512")
+
+
+@_AVX512
+def test_level_reads_prints_a_row_per_buffer_size() -> None:
+    p = _run("level_reads.py", "--sizes", "32,64", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    assert "ns per 64-byte line" in p.stdout and "family" in p.stdout
+    rows = _table(p.stdout)
+    assert [r[0] for r in rows] == ["32", "64"]
+    for r in rows:
+        tile, copy, read = float(r[1]), float(r[3]), float(r[5])
+        assert min(tile, copy, read) > 0
+        assert all(c.endswith("x") for c in (r[2], r[4], r[6]))
+    assert rows[0][2] == rows[0][4] == rows[0][6] == "1.00x"  # the first size is the reference
+
+
+def test_level_reads_refuses_bad_sizes() -> None:
+    p = _run("level_reads.py", "--sizes", "12")
+    assert p.returncode == 2 and "--sizes" in p.stderr and "Traceback" not in p.stderr
+
+
+@_AVX512
+def test_row_stream_prints_a_row_per_case() -> None:
+    p = _run("row_stream.py", "--rows", "12,24", "--widths", "16,64", "--k", "256")
+    assert p.returncode == 0, p.stderr
+    assert "A R x 256 f32 (1024 B rows)" in p.stdout and "family" in p.stdout
+    rows = _table(p.stdout)
+    assert [(r[0], r[2], r[3]) for r in rows] == [
+        ("12", "16", "16"),
+        ("12", "64", "64"),
+        ("24", "16", "16"),
+        ("24", "64", "64"),
+    ]
+    for r in rows:
+        resident, streamed, extra = float(r[4]), float(r[5]), float(r[6])
+        assert resident > 0 and streamed > 0
+        assert abs(extra - (streamed - resident)) < 0.002  # the difference of the two
+
+
+def test_row_stream_refuses_bad_arguments() -> None:
+    for args, what in [
+        (("--k", "100"), "--k"),
+        (("--widths", "48"), "--widths"),
+        (("--rows", "4"), "--rows"),
+        (("--rows", "x"), "--rows"),
+    ]:
+        p = _run("row_stream.py", *args)
+        assert p.returncode == 2 and what in p.stderr and "Traceback" not in p.stderr, p.stderr
