@@ -59,10 +59,9 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
 def in_place_discount(spec: LogicalSpec, operand: int, view: bool, target: Target) -> int:
     """What a view of input `operand` costs less than `move_const` says because a kernel
     reads it in place (`Target.in_place_read_discount`, given a Matmul's vector FMAs when
-    it is the lhs); 0
-    for outputs, which are read and written back, and for a copy's source (a Move Spec),
-    which keep the level's price. `Move.plan` and `schedule.with_costs` both take it off,
-    so a schedule's cost is the DP's."""
+    it is the lhs); 0 for outputs, which are read and written back, and for a copy's
+    source (a Move Spec), which keep the level's price. `Move.plan` and
+    `schedule.with_costs` both take it off, so a schedule's cost is the DP's."""
     if not view or spec.kind == MOVE or spec.roles()[operand] != IN:
         return 0
     # the lhs's rows, broadcast a value a k step, are what `gl_stream_hit` was measured on

@@ -269,6 +269,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         f32_register_rows=_f32_register_rows(rec, tuning),
         strided_copy_percent=rec.strided_copy_percent,
         l2_read_hit=tuning.l2_read_hit if rec.l2_lines else None,
-        gl_stream_hit=tuning.gl_stream_hit,
+        gl_stream_hit=tuning.gl_stream_hit if rec.l2_lines else None,  # measured with zmm
         tune=tuning.name,
     )

@@ -248,6 +248,7 @@ def test_zen5_prices_rows_streamed_under_a_tile_at_the_measured_l3_price() -> No
     zen5, generic = get_target("avx512", tune="zen5"), get_target("avx512")
     gl = zen5.hit_cost[Level.GL]
     assert zen5.gl_stream_hit == 5 < gl and generic.gl_stream_hit is None
+    assert get_target("avx2", tune="zen5").gl_stream_hit is None  # measured with zmm tiles
 
     def saved(text: str, operand: int) -> int:
         spec = parse_spec(text)
