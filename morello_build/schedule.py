@@ -271,7 +271,8 @@ def with_costs(node: Impl, target: Target) -> Impl:
     elif isinstance(node, Alloc):
         src = node.spec.operands[node.operand]
         main = move_const(src, node.tensor, node.cache_view, target) + sum(mains)
-        main -= in_place_discount(node.spec, node.operand, node.cache_view, target)
+        role = node.spec.roles()[node.operand]
+        main -= in_place_discount(node.spec, node.operand, role, node.cache_view, target)
         cost = Cost(main, add_peak(_alloc_units(node), peak), depth + 1)
     elif isinstance(node, Block):
         cost = Cost(sum(mains), peak, depth + 1)

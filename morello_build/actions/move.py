@@ -56,13 +56,16 @@ def move_const(src: TensorSpec, new: TensorSpec, view: bool, target: Target) -> 
     return target.move_cost(new) + surcharge
 
 
-def in_place_discount(spec: LogicalSpec, operand: int, view: bool, target: Target) -> int:
+def in_place_discount(
+    spec: LogicalSpec, operand: int, role: str, view: bool, target: Target
+) -> int:
     """What a view of input `operand` costs less than `move_const` says because a kernel
     reads it in place (`Target.in_place_read_discount`, given a Matmul's vector FMAs when
-    it is the lhs); 0 for outputs, which are read and written back, and for a copy's
-    source (a Move Spec), which keep the level's price. `Move.plan` and
-    `schedule.with_costs` both take it off, so a schedule's cost is the DP's."""
-    if not view or spec.kind == MOVE or spec.roles()[operand] != IN:
+    it is the lhs; `role` is the operand's, which the caller has); 0 for outputs, which are
+    read and written back, and for a copy's source (a Move Spec), which keep the level's
+    price. `Move.plan` and `schedule.with_costs` both take it off, so a schedule's cost is
+    the DP's."""
+    if not view or role != IN or spec.kind == MOVE:
         return 0
     # the lhs's rows, broadcast a value a k step, are what `gl_stream_hit` was measured on
     fmas = spec.volume // target.lanes(Dtype.F32) if spec.kind == MATMUL and operand == 0 else 0
@@ -158,7 +161,7 @@ class Move:
             children.append(canonical(MOVE, False, src.shape, (new, src), spec.serial))
         if spec in children:
             return None  # would not make progress
-        const -= in_place_discount(spec, self.operand, view, target)
+        const -= in_place_discount(spec, self.operand, role, view, target)
         return new_tuple(Plan, (tuple(children), (1,) * len(children), const, own))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:

@@ -181,7 +181,7 @@ class Target:
         if t.level is not Level.GL or self.gl_stream_hit is None or fmas <= 0:
             return 0
         count, per_run = lay.runs(t.layout, t.shape, t.dtype.size)
-        row_lines = -(-t.shape[-1] * t.dtype.size // 64)  # a row along k, contiguous
+        row_lines = -(-t.shape[-1] * t.dtype.size // lay.LINE_BYTES)  # a row along k
         if row_lines < STREAM_RUN_LINES or per_run < row_lines:
             return 0  # short rows (a block of them is one run, but no stream measured)
         if fmas < STREAM_FMAS_PER_LINE * count * per_run:
