@@ -27,6 +27,8 @@ from pathlib import Path
 
 from c_probe import ProbeError, cpu_name, probe_compiler, run_probe
 
+from morello_build.harness.compile import ISA_FLAGS
+
 _C = r"""
 #include <immintrin.h>
 
@@ -92,7 +94,7 @@ int main(int argc, char **argv) {
 }
 """
 
-_AVX512 = ["-mavx2", "-mfma", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl"]
+_AVX512 = list(ISA_FLAGS["avx512"])  # the kernels' own AVX-512 flags
 
 
 def _sizes(text: str) -> list[int]:
