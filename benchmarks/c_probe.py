@@ -2,7 +2,7 @@
 constants share (`par_setup.py`, `strided_copy.py`, `tile_stream.py`, `level_reads.py`,
 `row_stream.py`).
 
-`cpu_name` is how a probe's table names its machine. `TIMING_C` is the probe's prelude: a
+A probe's table names its machine with `machine.isa.host_cpu_name`. `TIMING_C` is the probe's prelude: a
 monotonic clock in ns, a median, a `sink` that keeps the compiler from dropping the timed
 work, and `page_matrix` (a matrix placed past a page). `run_probe` compiles the source with the given flags (the kernels' -O3 plus the
 ISA's) and returns what the probe printed, or raises `ProbeError` with a one-line reason
@@ -47,20 +47,6 @@ __attribute__((unused)) static float *page_matrix(int rows, int cols, int offset
     return m;
 }
 """
-
-
-def cpu_name() -> str:
-    """The CPU's name, family and model (what every figure must be written down with)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "unknown CPU")
-    return f"{name} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')})"
 
 
 class ProbeError(Exception):

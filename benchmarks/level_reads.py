@@ -25,9 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from c_probe import ProbeError, cpu_name, probe_compiler, run_probe
+from c_probe import ProbeError, probe_compiler, run_probe
 
 from morello_build.harness.compile import ISA_FLAGS
+from morello_build.machine.isa import host_cpu_name
 
 _C = r"""
 #include <immintrin.h>
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"level_reads.py: {e}", file=sys.stderr)
         return 1
     print(
-        f"{cpu_name()}; {Path(cc).name}; medians of {args.samples} passes; ns per 64-byte line of "
+        f"{host_cpu_name()}; {Path(cc).name}; medians of {args.samples} passes; ns per 64-byte line of "
         "the buffer"
     )
     print("| buffer KiB | tile | tile / L1 | copy | copy / L1 | read | read / L1 |")

@@ -674,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
         + " `amx-peak`, the same tile products timed so); a value marked *"
         + " is against the peak above (x threads), for rows without it."
     )
+    cpus = sorted({str(d["cpu"]) for d in results.values() if isinstance(d, dict) and d.get("cpu")})
+    if cpus:
+        print(f"CPU: {'; '.join(cpus)}")
     print()
     print(table(results, peaks))
     for heading, lines in (

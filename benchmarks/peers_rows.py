@@ -241,6 +241,9 @@ def main(argv: list[str]) -> int:
                 print(f"[peers] {op} {shape} ...", file=sys.stderr, flush=True)
                 results[f"{op}/{shape}"] = run_row(op, shape, args.min_time, cache)
                 res_path.write_text(json.dumps(results, indent=1))
+    cpus = sorted({str(d["cpu"]) for d in results.values() if isinstance(d, dict) and d.get("cpu")})
+    if cpus:
+        print(f"CPU: {'; '.join(cpus)}\n")
     print(table(results, set(ops)))
     notes = footnotes(results, set(ops))
     if notes:

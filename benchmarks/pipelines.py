@@ -40,19 +40,10 @@ from morello_build.harness.pipeline_bench import (
     bench_pipeline,
 )
 from morello_build.ir.expr import FUNCTIONS
+from morello_build.machine.isa import host_cpu_name
 
 EXPRS = ("relu(x @ w + b)", "gelu(x @ w + b)")
 SHAPES = ",".join(f"{m}x{k}x{n}" for m in (1, 16, 128) for k, n in ((768, 3072), (3072, 768)))
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -185,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = [
         f"# Pipelines: morello vs numpy, BLAS + C, onnxruntime, jax, oneDNN ({args.target}, {args.dtype})",
         "",
-        f"CPU: {cpu_model()}  ",
+        f"CPU: {host_cpu_name()}  ",
         f"Date: {now}",
         "",
         *lines,

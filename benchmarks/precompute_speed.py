@@ -22,11 +22,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from morello_build.machine.isa import host_cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,7 +102,9 @@ def main() -> None:
             print(f"done: {w} workers, split {split}: {r['seconds']:.1f} s", file=sys.stderr)
     base = rows[0]
     grid = f"{args.isa}, {args.dtypes}, B row+col, sizes {args.sizes}"
-    print(f"Grid: {grid} ({base[2]['specs']} grid Specs)\n")
+    print(
+        f"CPU: {host_cpu_name()}, {os.cpu_count()} CPUs; grid: {grid} ({base[2]['specs']} grid Specs)\n"
+    )
     print(
         "| workers | split | tasks/waves | Specs solved (sum) | distinct | duplication"
         " | task seconds | seconds | grid Specs/s | solves/s | speed-up (grid Specs/s)"

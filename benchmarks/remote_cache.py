@@ -32,17 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from morello_build.machine.isa import host_cpu_name  # noqa: E402
 from tests.support.s3 import BUCKET, start_s3_server, stop  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 class Bench:
@@ -118,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", default="file,s3", help="file, s3 or both [default: file,s3]")
     args = p.parse_args(argv)
     backends = args.backends.split(",")
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}")
+    print(f"CPU: {host_cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}")
     with tempfile.TemporaryDirectory(prefix="morello-remote-bench-") as tmp:
         b = Bench(Path(tmp))
         print()

@@ -22,9 +22,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from c_probe import ProbeError, cpu_name, probe_compiler, run_probe
+from c_probe import ProbeError, probe_compiler, run_probe
 
 from morello_build.harness.compile import ISA_FLAGS
+from morello_build.machine.isa import host_cpu_name
 
 _C = r"""
 #include <immintrin.h>
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(r < 6 for r in args.rows):
         parser.error("every --rows must be at least 6")
     print(
-        f"{cpu_name()}; A R x {args.k} f32 ({args.k * 4} B rows), B {args.k} x W warm; medians "
+        f"{host_cpu_name()}; A R x {args.k} f32 ({args.k * 4} B rows), B {args.k} x W warm; medians "
         f"of {args.samples} passes; ns per line of A"
     )
     print("| A rows | A MiB | W | FMAs / line | resident | streamed | extra | extra / resident |")

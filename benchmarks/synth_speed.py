@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from morello_build.machine.isa import host_cpu_name
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = "avx2:f32:64,avx2:f32:128,avx2:f32:512,avx512:f32:512,avx2:bf16:256,amx:bf16:256"
 
@@ -227,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         trees.append(("this tree, pure Python", REPO, True, False))
         for i, ref in enumerate(args.ref):
             trees.append((ref, export_ref(ref, Path(tmp) / str(i), "morello_build"), False, False))
+        print(f"CPU: {host_cpu_name()}, {os.cpu_count()} CPUs\n")
         print("| case | tree | Specs solved | seconds | Specs/s | peak MiB | speed-up | cost |")
         print("|---|---|---|---|---|---|---|---|")
         for case in cases:

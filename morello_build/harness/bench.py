@@ -101,7 +101,7 @@ from morello_build.harness.report import (
     timed_result,
 )
 from morello_build.ir.spec import ROW_KINDS
-from morello_build.machine.isa import ISA_FLAGS, host_supports
+from morello_build.machine.isa import ISA_FLAGS, host_cpu_name, host_supports
 
 __all__ = ["BenchError", "bench_kernel"]
 
@@ -526,6 +526,7 @@ def bench_kernel(
             ),
             python_results=python.results if python is not None else (),
             xla_flags=python.xla_flags if python is not None else "",
+            cpu=host_cpu_name(),
         )
         ratios = report.peer_ratios()
         best_name = min(ratios, key=lambda k: ratios[k], default=None)
@@ -550,4 +551,5 @@ def bench_kernel(
         peer_limit=peer_limit,
         tune=kernel.tune,
         array_offset=array_offset,
+        cpu=host_cpu_name(),
     )

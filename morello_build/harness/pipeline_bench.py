@@ -69,7 +69,7 @@ from morello_build.ir.spec import (
     broadcast_dims,
     compose_stages,
 )
-from morello_build.machine.isa import host_supports
+from morello_build.machine.isa import host_cpu_name, host_supports
 
 __all__ = ["C_MKL", "C_OPENBLAS", "DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME"]
 __all__ += ["UNFUSED", "PipelineBench"]
@@ -146,6 +146,7 @@ class PipelineBench:
     rows: tuple[PipelineRow, ...]
     notes: tuple[str, ...]
     array_offset: int | None = None  # bytes past a 64-byte boundary; None: numpy's placement
+    cpu: str = ""  # the host's `machine.isa.host_cpu_name`
 
     def row(self, name: str) -> PipelineRow:
         return next(r for r in self.rows if r.name == name)
@@ -159,7 +160,9 @@ class PipelineBench:
         """Markdown: a caption, the table, then the notes as a list."""
         shapes = ", ".join(f"{n} {'x'.join(map(str, s))} {d}" for n, s, d in self.operands)
         lines = [
-            f"`{self.kernel}`: {self.op} ({shapes}), {self.isa}, {self.flops} flop, 1 thread\n",
+            f"`{self.kernel}`: {self.op} ({shapes}), {self.isa}, {self.flops} flop, 1 thread"
+            + (f", on {self.cpu}" if self.cpu else "")
+            + "\n",
             "| implementation | median ms | GFLOP/s | morello speedup | checked (max error / bound) |",
             "|---|---:|---:|---:|---|",
         ]
@@ -592,7 +595,9 @@ def bench_pipeline(
         starts = ", ".join(map(str, sorted({b.ctypes.data % 64 for b in bufs})))
         where = f"where numpy put them, {starts} bytes past a 64-byte boundary (no --offset)"
     notes += (f"arrays: {where}",)
-    return PipelineBench(abi.name, abi.op, abi.isa, abi.flops, operands, tuple(rows), notes, offset)
+    return PipelineBench(
+        abi.name, abi.op, abi.isa, abi.flops, operands, tuple(rows), notes, offset, host_cpu_name()
+    )
 
 
 def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) -> tuple[str, ...]:

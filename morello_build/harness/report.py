@@ -83,6 +83,7 @@ class BenchReport:
     xla_flags: str = ""  # what jax ran with
     #: Bytes past a 64-byte boundary at which the C harness placed every array (`--offset`).
     array_offset: int = 0
+    cpu: str = ""  # the host's `machine.isa.host_cpu_name` (every figure names its machine)
 
     @property
     def is_rows(self) -> bool:
@@ -146,6 +147,7 @@ class BenchReport:
             "peer_limit": self.peer_limit,
             "scaling": self.scaling,
             "array_offset": self.array_offset,
+            "cpu": self.cpu,
         }
 
     def format_table(self) -> str:
@@ -156,6 +158,7 @@ class BenchReport:
             f"kernel {self.kernel}, target {self.target}{tune_note(self.tune)}, "
             f"{self.threads} thread(s), "
             f"{self.flops} flop/call, {self.compiler}",
+            *self._cpu_lines(),
             f"peers: {self.peer_limit or 'all of this host'}",
             *self._offset_lines(),
             f"{'implementation':<16}{'GFLOP/s med':>12}{'GFLOP/s best':>13}{'us/call med':>13}"
@@ -189,6 +192,9 @@ class BenchReport:
             return []
         return [f"arrays: {self.array_offset} bytes past a 64-byte boundary (--offset)"]
 
+    def _cpu_lines(self) -> list[str]:
+        return [f"cpu: {self.cpu}"] if self.cpu else []
+
     def _rows_table(self) -> str:
         """The row-operation table: GB/s, and each peer's ratio beside it."""
         ratios = self.peer_ratios()
@@ -215,6 +221,7 @@ class BenchReport:
             f"kernel {self.kernel}, target {self.target}{tune_note(self.tune)}, "
             f"{self.threads} thread(s), {self.bytes} bytes/call (input + output), "
             f"{self.compiler}",
+            *self._cpu_lines(),
             f"peers: {self.peer_limit or 'all of this host'}",
             "C harness (one executable, round-robin samples; the peer / morello column is "
             "the peer's median time over the kernel's: > 1 means morello-build is faster):",

@@ -241,18 +241,41 @@ def isa_includes(isa: str, base: str) -> bool:
     return isa in ISAS and base in ISAS and ISAS.index(isa) <= ISAS.index(base)
 
 
+def cpuinfo_fields(text: str) -> dict[str, str]:
+    """The fields of the first processor a /proc/cpuinfo text lists (`vendor_id`, `cpu
+    family`, `model`, `model name`, `flags`, ...): every core of a host repeats them."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+@functools.cache
+def _host_cpuinfo() -> dict[str, str]:
+    """`cpuinfo_fields` of this host (empty off x86-64 or without /proc/cpuinfo)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return {}
+    try:
+        return cpuinfo_fields(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return {}
+
+
 @functools.cache
 def _host_cpu_flags() -> frozenset[str]:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return frozenset()
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+    return frozenset(_host_cpuinfo().get("flags", "").split())
+
+
+def host_cpu_name() -> str:
+    """This CPU's name, family and model, e.g. `AMD EPYC (family 26 model 2)`: what every
+    benchmark table is written down with (a VM's model name alone often hides the core)."""
+    fields = _host_cpuinfo()
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    if "cpu family" not in fields:
+        return name
+    return f"{name} (family {fields['cpu family']} model {fields.get('model', '?')})"
 
 
 def tune_from_cpuinfo(text: str) -> str:
@@ -260,16 +283,12 @@ def tune_from_cpuinfo(text: str) -> str:
     AVX-512 BF16, `zen4` in family 19h (Zen 4) and `zen5` in family 1Ah and later (Zen 5);
     `zen3` for an AMD family 19h CPU without it (Zen 3); else `generic` (older AMD cores
     unmeasured). See `machine.target` for what each changes."""
-    vendor, family, flags = "", "", set[str]()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key == "cpu family" and not family:
-            family = value.strip()
-        elif key == "flags" and not flags:
-            flags = set(value.split())
+    return _tune_of(cpuinfo_fields(text))
+
+
+def _tune_of(fields: dict[str, str]) -> str:
+    vendor, family = fields.get("vendor_id", ""), fields.get("cpu family", "")
+    flags = set(fields.get("flags", "").split())
     if vendor != "AuthenticAMD":
         return "generic"
     if {"avx512f", "avx512_bf16"} <= flags:
@@ -282,12 +301,7 @@ def tune_from_cpuinfo(text: str) -> str:
 @functools.cache
 def native_tune() -> str:
     """This host's tuning (what `--tune native` means)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return "generic"
-    try:
-        return tune_from_cpuinfo(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return "generic"
+    return _tune_of(_host_cpuinfo())
 
 
 def host_supports(isa: str) -> bool:

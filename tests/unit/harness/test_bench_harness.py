@@ -14,6 +14,7 @@ import morello_build.harness.report as report_mod
 from morello_build.harness.bench import BenchError, bench_kernel
 from morello_build.harness.compile import IsaUnavailable
 from morello_build.harness.peer_registry import ALL_PEERS, find_mkl, find_openblas
+from morello_build.machine.isa import host_cpu_name
 from tests.support.handwritten import matmul_kernel, zero_kernel
 
 FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol
@@ -44,6 +45,7 @@ def test_report_has_required_keys_and_consistent_ratio() -> None:
     table = report.format_table()
     for name in names:
         assert name in table
+    assert data["cpu"] == host_cpu_name() and f"cpu: {host_cpu_name()}" in table
 
 
 def test_missing_libraries_are_skipped_with_their_reason() -> None:

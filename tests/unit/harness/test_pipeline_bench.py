@@ -36,7 +36,7 @@ from morello_build.harness.pipeline_bench import (
 from morello_build.harness.pipeline_reference import pipeline_inputs
 from morello_build.harness.row_peers import PyImpl
 from morello_build.ir.spec import compose_stages
-from morello_build.machine.isa import host_supports
+from morello_build.machine.isa import host_cpu_name, host_supports
 
 FAST = 0.03  # seconds of timing per implementation: enough to exercise the protocol
 
@@ -142,6 +142,7 @@ def test_every_installed_peer_is_checked_and_timed(case: str) -> None:
     for row in bench.rows:
         assert f"| {row.name} |" in table
     assert kernel.abi.op in table
+    assert f"on {host_cpu_name()}" in table.splitlines()[0]
     if kernel.abi.operands[0].dtype == "bf16":
         assert any("peers get the same values as f32" in n for n in bench.notes)
     if "gelu_erf" in kernel.abi.op:

@@ -72,3 +72,27 @@ def test_scalar_level_has_no_vectors() -> None:
     with pytest.raises(ValueError, match="vrf_registers"):
         dataclasses.replace(isa.X86_64, vrf_registers=16)
     assert isa.X86_64.f32_lanes == 1 and isa.X86_64.fma_probe is None
+
+
+_TWO_CORES = (
+    "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+    "model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma avx512f avx512_bf16\n\n"
+    "processor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+    "model name\t: AMD EPYC\nflags\t\t: fpu avx2 fma avx512f avx512_bf16\n"
+)
+
+
+def test_cpuinfo_fields_are_the_first_processors() -> None:
+    fields = isa.cpuinfo_fields(_TWO_CORES)
+    assert fields["processor"] == "0"
+    assert (fields["cpu family"], fields["model"], fields["model name"]) == ("26", "2", "AMD EPYC")
+    assert fields["flags"].split() == ["fpu", "avx2", "fma", "avx512f", "avx512_bf16"]
+    assert isa.tune_from_cpuinfo(_TWO_CORES) == "zen5"
+    assert isa.cpuinfo_fields("") == {}
+
+
+def test_host_cpu_name_names_family_and_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(isa, "_host_cpuinfo", lambda: isa.cpuinfo_fields(_TWO_CORES))
+    assert isa.host_cpu_name() == "AMD EPYC (family 26 model 2)"
+    monkeypatch.setattr(isa, "_host_cpuinfo", lambda: {"model name": "Some CPU"})
+    assert isa.host_cpu_name() == "Some CPU"  # no family line (not x86): the name alone
