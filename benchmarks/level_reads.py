@@ -3,6 +3,7 @@ and read alone.
 
     python benchmarks/level_reads.py
     python benchmarks/level_reads.py --sizes 32,512,4096 --cc clang
+    python benchmarks/level_reads.py --offset 16     # rows 16 bytes past a line, as numpy's
 
 The model prices touching a line at each level with one constant (`Isa.hit_cost`, overridden
 per microarchitecture by `Tuning.l2_hit`): L1 1, L2 2, main memory 20 on AVX-512. A plan that
@@ -67,9 +68,11 @@ __attribute__((noinline)) static float read_all(const float *s, long n) {
 }
 
 int main(int argc, char **argv) {
-    const long bytes = atol(argv[1]) * 1024, samples = atol(argv[2]);
+    const long bytes = atol(argv[1]) * 1024, samples = atol(argv[2]), offset = atol(argv[3]);
     const long n = bytes / 4, lines = bytes / 64, k = n / 64, blocks = bytes / 8192;
-    float *b = aligned_alloc(4096, bytes), *a = aligned_alloc(64, 6 * k * 4);
+    /* the buffer starts `offset` bytes past a page (numpy puts a large array 16 past one) */
+    char *raw = aligned_alloc(4096, bytes + 4096);
+    float *b = (float *)(raw + offset), *a = aligned_alloc(64, 6 * k * 4);
     float *d = aligned_alloc(64, 8192), c[6 * 64] = {0};
     for (long i = 0; i < n; i++) b[i] = (float)(i % 7) * 1e-3f;
     for (long i = 0; i < 6 * k; i++) a[i] = 1e-3f;
@@ -118,10 +121,19 @@ def main(argv: list[str] | None = None) -> int:
         "(default 32,256,512,768,1024,4096,16384,65536)",
     )
     parser.add_argument("--samples", type=int, default=21, help="passes timed (default 21)")
+    parser.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="place the buffer this many bytes past a page, 0-60 in steps of 4 (16: where "
+        "numpy puts a large array; every 64-byte load then straddles two lines) [default 0]",
+    )
     parser.add_argument("--cc", default=None, help="C compiler (default $CC, else gcc)")
     args = parser.parse_args(argv)
     if not 1 <= args.samples <= 999:
         parser.error("--samples must be 1..999")
+    if not 0 <= args.offset < 64 or args.offset % 4:
+        parser.error(f"--offset must be 0-60 in steps of 4 (a float's size), got {args.offset}")
     try:
         cc = probe_compiler(args.cc)
         rows = [
@@ -129,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                 kib,
                 [
                     float(x)
-                    for x in run_probe(cc, _C, _AVX512, [str(kib), str(args.samples)]).split()
+                    for x in run_probe(
+                        cc, _C, _AVX512, [str(kib), str(args.samples), str(args.offset)]
+                    ).split()
                 ],
             )
             for kib in args.sizes
@@ -139,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(
         f"{host_cpu_name()}; {Path(cc).name}; medians of {args.samples} passes; ns per 64-byte line of "
-        "the buffer"
+        f"the buffer, which starts {args.offset} bytes past a page"
     )
     print("| buffer KiB | tile | tile / L1 | copy | copy / L1 | read | read / L1 |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

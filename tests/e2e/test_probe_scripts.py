@@ -104,6 +104,15 @@ def test_level_reads_prints_a_row_per_buffer_size() -> None:
 def test_level_reads_refuses_bad_sizes() -> None:
     p = _run("level_reads.py", "--sizes", "12")
     assert p.returncode == 2 and "--sizes" in p.stderr and "Traceback" not in p.stderr
+    p = _run("level_reads.py", "--offset", "13")
+    assert p.returncode == 2 and "--offset" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_level_reads_places_the_buffer_past_a_page() -> None:
+    p = _run("level_reads.py", "--sizes", "32,64", "--samples", "3", "--offset", "16")
+    assert p.returncode == 0, p.stderr
+    assert "starts 16 bytes past a page" in p.stdout
+    assert [r[0] for r in _table(p.stdout)] == ["32", "64"]
 
 
 @_AVX512
