@@ -243,7 +243,7 @@ def _doc(mk: ModuleKernel) -> str:
     return (
         f"{d.name}({', '.join(labels[:-1])}, out=None) -> out\n\n"
         f"{what}, computed by a kernel synthesized by morello-build for {', '.join(mk.isas)}.\n"
-        f"{described} (allocated as {alloc} when omitted).\n"
+        f"{described} (allocated as {alloc}, 64-byte aligned, when omitted).\n"
         "Releases the GIL while it runs."
     )
 
@@ -487,19 +487,47 @@ static int morello_get_views(const char *fn, PyObject *const *objs, const morell
     return 0;
 }
 
-/* numpy.empty/zeros(shape, float32), transposed by `axes` when not NULL. Steals `shape`. */
+/* numpy.empty/zeros(shape, float32) whose data starts on a 64-byte boundary, transposed by
+   `axes` when not NULL. Steals `shape`. numpy places a large array 16 bytes past a line,
+   where every vector store of a kernel straddles two lines (13-16% of a Zen 5 matmul that
+   reloads C, docs/performance.md, "MLP layers on AMD Zen 5"), so the bytes come from a
+   uint8 array 63 bytes longer, sliced at the first line boundary (it stays the base). */
 static PyObject *morello_alloc(PyObject *shape, PyObject *axes, int zero)
 {
-    PyObject *np, *arr, *t;
+    PyObject *np = NULL, *raw = NULL, *start, *stop, *slice = NULL, *part = NULL, *flat = NULL;
+    PyObject *arr = NULL, *t;
+    Py_buffer view;
+    Py_ssize_t i, count = 1, nbytes, skip;
     if (shape == NULL)
         return NULL;
+    for (i = 0; i < PyTuple_Size(shape); i++)
+        count *= PyLong_AsSsize_t(PyTuple_GetItem(shape, i));
+    nbytes = count * (Py_ssize_t)sizeof(float);
     np = PyImport_ImportModule("numpy");
-    if (np == NULL) {
-        Py_DECREF(shape);
-        return NULL;
-    }
-    arr = PyObject_CallMethod(np, zero ? "zeros" : "empty", "Os", shape, "float32");
-    Py_DECREF(np);
+    if (np == NULL)
+        goto done;
+    raw = PyObject_CallMethod(np, zero ? "zeros" : "empty", "ns", nbytes + 63, "uint8");
+    if (raw == NULL || PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE) < 0)
+        goto done;
+    skip = (Py_ssize_t)((64 - (uintptr_t)view.buf % 64) % 64);
+    PyBuffer_Release(&view);
+    start = PyLong_FromSsize_t(skip);
+    stop = PyLong_FromSsize_t(skip + nbytes);
+    if (start != NULL && stop != NULL)
+        slice = PySlice_New(start, stop, NULL);
+    Py_XDECREF(start);
+    Py_XDECREF(stop);
+    if (slice == NULL || (part = PyObject_GetItem(raw, slice)) == NULL)
+        goto done;
+    flat = PyObject_CallMethod(part, "view", "s", "float32");
+    if (flat != NULL)
+        arr = PyObject_CallMethod(flat, "reshape", "O", shape);
+done:
+    Py_XDECREF(np);
+    Py_XDECREF(raw);
+    Py_XDECREF(slice);
+    Py_XDECREF(part);
+    Py_XDECREF(flat);
     Py_DECREF(shape);
     if (arr == NULL || axes == NULL)
         return arr;

@@ -253,7 +253,7 @@ def test_python_module_bindings(tmp_path: Path, cache: Path) -> None:
     np.testing.assert_allclose(kmod.mm_row(a, b), a @ b, rtol=1e-5, atol=1e-5)
 
     out = kmod.mm_col(np.asfortranarray(a), np.asfortranarray(b))
-    assert out.flags.f_contiguous and out.shape == (3, 5)
+    assert out.flags.f_contiguous and out.shape == (3, 5) and out.ctypes.data % 64 == 0
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="mm_col: a must be F-contiguous"):
         kmod.mm_col(a, np.asfortranarray(b))

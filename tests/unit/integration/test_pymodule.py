@@ -233,7 +233,8 @@ def test_row_ops_match_numpy(rowmod: Any, name: str, seed: int) -> None:
     got = fn(x)
     shape = tuple(info["shape"])[:1] if info["op"] in REDUCED else tuple(info["shape"])
     assert got.dtype == np.float32 and got.shape == shape
-    assert got.flags.c_contiguous
+    assert got.flags.c_contiguous and got.flags.writeable
+    assert got.ctypes.data % 64 == 0  # a new out starts on a line (numpy's would not)
     _check(got, REFERENCES[info["op"]](x64), info["op"])
     out = np.full(shape, np.nan, dtype=np.float32)
     assert fn(x, out=out) is out

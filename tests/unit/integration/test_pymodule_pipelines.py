@@ -177,6 +177,7 @@ def test_pipelines_match_numpy(pipemod: Any, name: str, seed: int) -> None:
     fn = getattr(pipemod, name)
     got = fn(*args)
     assert got.dtype == np.float32 and got.shape == info["shape"] and got.flags.c_contiguous
+    assert got.ctypes.data % 64 == 0  # a new out starts on a line (numpy's would not)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     out = np.full(info["shape"], np.nan, dtype=np.float32)
     assert fn(*args, out=out) is out
