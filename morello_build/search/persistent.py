@@ -170,8 +170,9 @@ class PersistentMemo(DictMemo):
             self.store.refresh_from_fallback()
         return bool(fetched)
 
-    def _locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
-        """`locate`, cached per interned Spec (kept alive so its id stays unique)."""
+    def locate(self, spec: LogicalSpec) -> tuple[str, tuple[int, ...]]:
+        """`coords.locate`: the table key and point of `spec`, cached per interned Spec
+        (kept alive so its id stays unique)."""
         found = self._where.get(id(spec))
         if found is None or found[0] is not spec:
             key, pt = locate(spec)
@@ -203,7 +204,7 @@ class PersistentMemo(DictMemo):
         """
         entry: tuple[LogicalSpec, list[Box]] = (spec, [])
         self._boxes[id(spec)] = entry
-        key, pt = self._locate(spec)
+        key, pt = self.locate(spec)
         boxes: list[tuple[Limits, Limits, Result]] = []
         for lo_c, hi_c, value in self.store.table.slice_at(key, pt):
             result: Result
@@ -268,7 +269,7 @@ class PersistentMemo(DictMemo):
             lo = ZERO if result is None else result.cost.peaks
             lo_c = coords.get(lo) or coords.setdefault(lo, memory_coords(lo))
             hi_c = coords.get(hi) or coords.setdefault(hi, memory_coords(hi))
-            key, pt = self._locate(spec)
+            key, pt = self.locate(spec)
             table = by_key.get(key)
             if table is None:
                 table = by_key[key] = ({}, {})
@@ -311,7 +312,7 @@ class PersistentMemo(DictMemo):
     def reject(self, spec: LogicalSpec, reason: str) -> None:
         """Condemn the cached page holding `spec` (its answer failed a replay check):
         it is rewritten without the cached boxes at the next flush."""
-        key, pt = self._locate(spec)
+        key, pt = self.locate(spec)
         self.store.reject_page(key, pt, reason)
         self.rejected += 1
 
