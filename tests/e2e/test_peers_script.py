@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from morello_build.machine.isa import host_supports
+from morello_build.machine.isa import host_cpu_name, host_supports
 from tests.support.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "benchmarks" / "peers.py"
@@ -44,6 +44,8 @@ def test_rows_below_the_threshold_are_benchmarked_again(tmp_path: Path) -> None:
     again = row["repeat_ratios"]
     assert len(again) == 2 and all(isinstance(r, float) and r > 0 for r in again)
     assert p.stderr.count("repeat ") == 2
+    assert f"CPU: {host_cpu_name()}" in p.stdout.splitlines()  # the rows' machine
+    assert doc["avx2/8"]["cpu"] == host_cpu_name()
     line = next(x for x in p.stdout.splitlines() if x.startswith("| avx2 | 8x8x8 |"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[-1] == f"{min(again):.3f}-{max(again):.3f}x (2)"
@@ -228,7 +230,9 @@ def test_row_ops_table_end_to_end(tmp_path: Path) -> None:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert float(cells[3]) > 0 and cells[5].endswith("%")
         assert cells[-1] == "met" or cells[-1].startswith("missed: ")
-    assert "naive" in p.stdout.splitlines()[0]
+    lines = p.stdout.splitlines()
+    assert lines[0] == f"CPU: {host_cpu_name()}"  # every table names its machine
+    assert "naive" in next(x for x in lines if x.startswith("|"))
 
 
 def test_row_ops_usage_errors(tmp_path: Path) -> None:
