@@ -489,7 +489,7 @@ static int morello_get_views(const char *fn, PyObject *const *objs, const morell
 
 /* numpy.empty/zeros(shape, float32) whose data starts on a 64-byte boundary, transposed by
    `axes` when not NULL. Steals `shape`. numpy places a large array 16 bytes past a line,
-   where every vector store of a kernel straddles two lines (13-16% of a Zen 5 matmul that
+   where every vector store of a kernel straddles two lines (5-18% of a Zen 5 matmul that
    reloads C, docs/performance.md, "MLP layers on AMD Zen 5"), so the bytes come from a
    uint8 array 63 bytes longer, sliced at the first line boundary (it stays the base). */
 static PyObject *morello_alloc(PyObject *shape, PyObject *axes, int zero)
