@@ -70,6 +70,12 @@ from morello_build.machine.isa import ISA, host_supports, native_isa, native_tun
 from morello_build.machine.target import TUNES as TARGET_TUNES
 from morello_build.machine.target import TUNINGS, get_target
 
+# Softmax and activations have a table of their own (benchmarks/peers_rows.py), beside this
+# file whether it runs as a script or is loaded from its path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers_rows import cpu_line  # noqa: E402
+from peers_rows import main as rows_main  # noqa: E402
+
 TARGETS = ("avx512", "avx2", "amx")
 DEFAULT_SHAPES = (
     "8,16,32,64,128,256,512,100x37x250,1x1024x1024,1x2048x16384,bf16:1x2048x16384,bf16:256,512@2"
@@ -530,11 +536,7 @@ def plot(results: dict[str, dict[str, object]], peaks: dict[str, float], path: P
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a == "--ops" or a.startswith("--ops=") for a in argv):
-        # Softmax and activations: a table of their own (benchmarks/peers_rows.py).
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from peers_rows import main as rows_main
-
-        return rows_main(argv)
+        return rows_main(argv)  # softmax and activations (benchmarks/peers_rows.py)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument(
         "--targets",
@@ -674,9 +676,9 @@ def main(argv: list[str] | None = None) -> int:
         + " `amx-peak`, the same tile products timed so); a value marked *"
         + " is against the peak above (x threads), for rows without it."
     )
-    cpus = sorted({str(d["cpu"]) for d in results.values() if isinstance(d, dict) and d.get("cpu")})
+    cpus = cpu_line(results)
     if cpus:
-        print(f"CPU: {'; '.join(cpus)}")
+        print(cpus)
     print()
     print(table(results, peaks))
     for heading, lines in (

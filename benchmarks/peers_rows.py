@@ -74,6 +74,12 @@ def l2_bytes() -> int:
     return int(text.rstrip("KM")) * scale
 
 
+def cpu_line(results: dict[str, Any]) -> str | None:
+    """`CPU: ...`, the machines (`bench --json`'s `cpu`) the rows of a results file ran on."""
+    cpus = sorted({str(d["cpu"]) for d in results.values() if isinstance(d, dict) and d.get("cpu")})
+    return f"CPU: {'; '.join(cpus)}" if cpus else None
+
+
 def run_row(op: str, shape: str, min_time: float, cache: str) -> dict[str, Any]:
     dtype, rows, n, threads = parse_row_shape(shape)
     cmd = [sys.executable, "-m", "morello_build", "bench", op, f"{rows}x{n}", "--json"]
@@ -241,9 +247,9 @@ def main(argv: list[str]) -> int:
                 print(f"[peers] {op} {shape} ...", file=sys.stderr, flush=True)
                 results[f"{op}/{shape}"] = run_row(op, shape, args.min_time, cache)
                 res_path.write_text(json.dumps(results, indent=1))
-    cpus = sorted({str(d["cpu"]) for d in results.values() if isinstance(d, dict) and d.get("cpu")})
+    cpus = cpu_line(results)
     if cpus:
-        print(f"CPU: {'; '.join(cpus)}\n")
+        print(f"{cpus}\n")
     print(table(results, set(ops)))
     notes = footnotes(results, set(ops))
     if notes:

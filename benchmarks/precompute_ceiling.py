@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
 from morello_build.errors import MorelloError
 from morello_build.ir.spec import Spec, intern
@@ -44,34 +42,28 @@ def below(u: Unit, v: Unit) -> bool:
 
 
 def solve_units(grid: Grid) -> tuple[list[tuple[Unit, float, float]], float]:
-    """Each unit's (seconds, listing seconds), solved in dependency order in one session."""
+    """Each unit's (seconds, listing seconds), solved in dependency order in one session.
+    A unit's listing is timed on its own: `needs.least_limits` of its grid Specs lists
+    every Spec below them not listed yet, the walk the search's first miss would make."""
     units: dict[Unit, list[GridSpec]] = {}
     for s in grid.specs():
         units.setdefault((s.dtype, s.m, s.k, s.n), []).append(s)
     order = sorted(units, key=lambda u: (u[1] * u[2] * u[3], u))  # a larger unit comes later
-    listing = [0.0]
-    fill: Callable[..., Any] = needs._fill
-
-    def timed_fill(*args: Any, **kwargs: Any) -> None:
-        t = time.perf_counter()
-        fill(*args, **kwargs)
-        listing[0] += time.perf_counter() - t
-
     target = grid.target()
     rows = []
-    needs._fill = timed_fill  # type: ignore[assignment]
-    try:
-        with search_session():
-            search = Search(target, DictMemo())
-            start = time.perf_counter()
-            for u in order:
-                t, lt = time.perf_counter(), listing[0]
-                for s in units[u]:
-                    search.solve(Spec(intern(parse_spec(s.text(grid.threads))), target.max_limits))
-                rows.append((u, time.perf_counter() - t, listing[0] - lt))
-            total = time.perf_counter() - start
-    finally:
-        needs._fill = fill  # type: ignore[assignment]
+    with search_session():
+        search = Search(target, DictMemo())
+        start = time.perf_counter()
+        for u in order:
+            specs = [intern(parse_spec(s.text(grid.threads))) for s in units[u]]
+            t = time.perf_counter()
+            for ls in specs:
+                needs.least_limits(ls, target)
+            listed = time.perf_counter()
+            for ls in specs:
+                search.solve(Spec(ls, target.max_limits))
+            rows.append((u, time.perf_counter() - t, listed - t))
+        total = time.perf_counter() - start
     return rows, total
 
 

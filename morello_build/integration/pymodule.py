@@ -490,12 +490,12 @@ static int morello_get_views(const char *fn, PyObject *const *objs, const morell
 /* numpy.empty/zeros(shape, float32) whose data starts on a 64-byte boundary, transposed by
    `axes` when not NULL. Steals `shape`. numpy places a large array 16 bytes past a line,
    where every vector store of a kernel straddles two lines (5-18% of a Zen 5 matmul that
-   reloads C, docs/performance.md, "MLP layers on AMD Zen 5"), so the bytes come from a
-   uint8 array 63 bytes longer, sliced at the first line boundary (it stays the base). */
+   reloads C, docs/performance.md, "MLP layers on AMD Zen 5"), so the array is a view of a
+   uint8 array 63 bytes longer, from its first line boundary (`numpy.ndarray(shape,
+   float32, buffer, offset)`; the uint8 array stays its base). */
 static PyObject *morello_alloc(PyObject *shape, PyObject *axes, int zero)
 {
-    PyObject *np = NULL, *raw = NULL, *start, *stop, *slice = NULL, *part = NULL, *flat = NULL;
-    PyObject *arr = NULL, *t;
+    PyObject *np = NULL, *raw = NULL, *arr = NULL, *t;
     Py_buffer view;
     Py_ssize_t i, count = 1, nbytes, skip;
     if (shape == NULL)
@@ -511,23 +511,10 @@ static PyObject *morello_alloc(PyObject *shape, PyObject *axes, int zero)
         goto done;
     skip = (Py_ssize_t)((64 - (uintptr_t)view.buf % 64) % 64);
     PyBuffer_Release(&view);
-    start = PyLong_FromSsize_t(skip);
-    stop = PyLong_FromSsize_t(skip + nbytes);
-    if (start != NULL && stop != NULL)
-        slice = PySlice_New(start, stop, NULL);
-    Py_XDECREF(start);
-    Py_XDECREF(stop);
-    if (slice == NULL || (part = PyObject_GetItem(raw, slice)) == NULL)
-        goto done;
-    flat = PyObject_CallMethod(part, "view", "s", "float32");
-    if (flat != NULL)
-        arr = PyObject_CallMethod(flat, "reshape", "O", shape);
+    arr = PyObject_CallMethod(np, "ndarray", "OsOn", shape, "float32", raw, skip);
 done:
     Py_XDECREF(np);
     Py_XDECREF(raw);
-    Py_XDECREF(slice);
-    Py_XDECREF(part);
-    Py_XDECREF(flat);
     Py_DECREF(shape);
     if (arr == NULL || axes == NULL)
         return arr;
