@@ -40,7 +40,7 @@ from morello_build.ir.spec import (
     compose_stages,
     operand_shapes,
 )
-from morello_build.ir.tensorspec import TensorSpec, make_tensor
+from morello_build.ir.tensorspec import TensorSpec, make_tensor, with_aligned
 from morello_build.machine.target import Target
 
 #: Levels an intermediate may live at: L1 (fused: a tile in cache) or GL (unfused).
@@ -57,7 +57,7 @@ def cut_points(stages: tuple[str, ...]) -> tuple[int, ...]:
 
 
 def _split(
-    spec: LogicalSpec, level: Level, at: int = 1
+    spec: LogicalSpec, level: Level, at: int = 1, aligned: bool = False
 ) -> tuple[LogicalSpec, LogicalSpec, tuple[tuple[int, ...], ...]] | None:
     """(head, tail, wiring): the pipeline `spec` cut after its first `at` stages, which
     write a dense f32 intermediate at `level`. The wiring names the head's operands then
@@ -97,8 +97,8 @@ def _split(
         tail_shape = (rows, shape[dims.cols[-1]])
     tail_kind = rest[0] if len(rest) == 1 else compose_kind(rest)
     at_buf = tail_w.index(scratch)
-    head_t = _dense(operand_shapes(head_kind, head_shape)[-1], level)
-    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[at_buf], level)
+    head_t = _dense(operand_shapes(head_kind, head_shape)[-1], level, aligned)
+    tail_t = _dense(operand_shapes(tail_kind, tail_shape)[at_buf], level, aligned)
     if head_t is None or tail_t is None:
         return None
     tail_ops = [tail_t if i == scratch else ops[i] for i in tail_w]
@@ -115,12 +115,15 @@ def _split(
 
 def batched(t: TensorSpec) -> TensorSpec | None:
     """`t` with a leading dim of 1 (the same memory)."""
-    return make_tensor((1, *t.shape), t.dtype, t.level, lay.shift_axes(t.layout, 1), t.vector_size)
+    b = make_tensor((1, *t.shape), t.dtype, t.level, lay.shift_axes(t.layout, 1), t.vector_size)
+    return b if b is None or not t.aligned else with_aligned(b)
 
 
-def _dense(shape: tuple[int, ...], level: Level) -> TensorSpec | None:
-    """An intermediate: f32, row-major, at `level`."""
-    return make_tensor(shape, Dtype.F32, level, lay.row_major(shape), None)
+def _dense(shape: tuple[int, ...], level: Level, aligned: bool) -> TensorSpec | None:
+    """An intermediate: f32, row-major, at `level` (marked `aligned` where the target
+    tracks it)."""
+    t = make_tensor(shape, Dtype.F32, level, lay.row_major(shape), None)
+    return with_aligned(t) if t is not None and aligned else t
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,9 @@ class Bufferize:
     at: int = 1
 
     def _parts(
-        self, spec: LogicalSpec
+        self, spec: LogicalSpec, aligned: bool = False
     ) -> tuple[tuple[LogicalSpec, LogicalSpec], TensorSpec, tuple[tuple[int, ...], ...]] | None:
-        found = _split(spec, self.level, self.at)
+        found = _split(spec, self.level, self.at, aligned)
         if found is None:
             return None
         head, tail, wiring = found
@@ -141,7 +144,7 @@ class Bufferize:
         return (head, tail), tail.operands[wiring[1].index(len(spec.operands))], wiring
 
     def plan(self, spec: LogicalSpec, target: Target) -> Plan | None:
-        parts = self._parts(spec)
+        parts = self._parts(spec, target.split_cost > 0)
         if parts is None:
             return None
         children, buf, _ = parts
@@ -150,7 +153,7 @@ class Bufferize:
         return Plan(children, (1, 1), 0, tuple(own))
 
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
-        parts = self._parts(spec)
+        parts = self._parts(spec, plan.children[0].operands[-1].aligned)  # as `plan` made it
         assert parts is not None
         _, buf, wiring = parts
         return Staged(spec, children, (buf,), wiring, self.describe())

@@ -25,6 +25,7 @@ from morello_build.ir.tensorspec import (
     intern_tensor,
     level_holds,
     make_tensor,
+    with_aligned,
 )
 from morello_build.machine.target import Target
 
@@ -124,6 +125,8 @@ def _compute_charges(move: Move, src: TensorSpec, target: Target) -> Charges | N
     if found is None or found[0] == src:
         return None
     new, view = found
+    if target.split_cost and not view:
+        new = intern_tensor(with_aligned(new))  # our own buffer: see `TensorSpec.aligned`
     own = [0] * LEVEL_COUNT
     own[move.level] = new.memory_units()
     return new, view, tuple(own), move_const(src, new, view, target)
@@ -167,8 +170,10 @@ class Move:
     def build(self, spec: LogicalSpec, plan: Plan, children: tuple[Impl, ...]) -> Impl:
         found = self.new_tensor(spec)
         assert found is not None
-        new, view = found
+        view = found[1]
         role = spec.roles()[self.operand]
+        # the body's operand: the plan's tensor (`aligned` when the target tracks it)
+        new = plan.children[1 if not view and role in (IN, INOUT) else 0].operands[self.operand]
         pro = not view and role in (IN, INOUT)
         epi = not view and role in (OUT, INOUT)
         return Alloc(spec, children, self.operand, new, view, pro, epi, self.describe())

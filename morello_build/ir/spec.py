@@ -527,4 +527,8 @@ def canonical(
                     intern_tensor(src._replace(layout=rm)),
                     intern_tensor(dst._replace(layout=rm)),
                 )
+    elif kind == MATMUL and operands[0].aligned:
+        # a product reads its lhs a value at a time (broadcasts never split a line): the
+        # mark would only split the memo's Specs (`TensorSpec.aligned`)
+        operands = (intern_tensor(operands[0]._replace(aligned=False)), *operands[1:])
     return intern_parts(kind, accum, shape, operands, serial)

@@ -20,6 +20,11 @@ class TensorSpec(NamedTuple):
     #: they all fall in one L1 set, and too many of them to fit there (`fits_l1_sets`). A
     #: tile does not know its parent's row pitch otherwise: 128 rows of 3072 floats.
     page_pitch: bool = False
+    #: Our own buffer (or a tile of one) starting on a 64-byte line: a copy's destination
+    #: or a pipeline's intermediate. A caller's array may start anywhere in a line (numpy
+    #: puts a large one 16 bytes past), so its vector loads and stores may split lines
+    #: (`Tuning.split_cost`; docs/cost-model.md, "Split loads").
+    aligned: bool = False
 
     @property
     def volume(self) -> int:
@@ -91,6 +96,8 @@ class TensorSpec(NamedTuple):
             parts.append(name)
         if self.page_pitch:
             parts.append(PAGE_PITCH_TAG)
+        if self.aligned:
+            parts.append(ALIGNED_TAG)
         if self.vector_size is not None:
             parts.append(str(self.vector_size))
         return ":".join(parts)
@@ -177,6 +184,8 @@ L1_WAYS = 8
 _L1_SETS = L1_SET_PERIOD // lay.LINE_BYTES
 #: How `TensorSpec.text` marks `page_pitch`: `f32:GL:[1,2]c1:4k`.
 PAGE_PITCH_TAG = "4k"
+#: How `TensorSpec.text` marks `aligned`: `f32:L1:row:a64`.
+ALIGNED_TAG = "a64"
 
 
 def l1_set_load(t: TensorSpec) -> int:
@@ -321,5 +330,32 @@ def _tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
                 return None
         elif tile_pad is not None or not vector_fits(tile, new_layout, vs):
             return None  # a narrow piece of full registers is not a padded tensor
-    tiled = TensorSpec(tile, t.dtype, t.level, new_layout, t.vector_size)
+    aligned = t.aligned and _tiles_aligned(t, tile)
+    tiled = TensorSpec(tile, t.dtype, t.level, new_layout, t.vector_size, False, aligned)
     return with_page_pitch(tiled, _tile_page_pitch(t, tile, new_layout))
+
+
+def with_aligned(t: TensorSpec) -> TensorSpec:
+    """`t` as our own buffer (`aligned`), where a level holds memory lines."""
+    return t._replace(aligned=True) if t.level.in_memory else t
+
+
+def _tiles_aligned(t: TensorSpec, tile: tuple[int, ...]) -> bool:
+    """Whether every run of every `tile`-shaped piece of `t` (whose runs start on lines) a
+    loop visits starts on a line. Inside `t`'s runs: a dim the tile cuts steps by whole
+    lines, and a dim the tile's own runs leave (its rows) is a whole number of lines.
+    Outside them, tiles step from run to run, each aligned."""
+    pp = lay.expand(t.layout, t.shape)
+    tp = lay.expand(t.layout, tile)
+    if pp is None or tp is None:
+        return False
+    n, contig = len(pp), t.layout.contig
+    tile_contig = lay.tile_contig(pp, tp, contig)
+    stride = t.dtype.size
+    for j in range(n - 1, n - 1 - contig, -1):
+        if tp[j] < pp[j] and stride * tp[j] % lay.LINE_BYTES:
+            return False
+        if j < n - tile_contig and tp[j] > 1 and stride % lay.LINE_BYTES:
+            return False
+        stride *= pp[j]
+    return True

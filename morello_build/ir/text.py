@@ -6,7 +6,7 @@
     Zero(64x64, f32:GL:row)
     Compose[Matmul,AddRow,GeluErf](1x64x768x3072, f32:GL:row, f32:GL:row, f32:GL:row, f32:GL:row)
 
-Operands are ``dtype:LEVEL[:layout][:4k][:vector_size]``; layouts are ``row``, ``col`` or
+Operands are ``dtype:LEVEL[:layout][:4k][:a64][:vector_size]``; layouts are ``row``, ``col`` or
 an explicit physical-dim list (see `morello_build.ir.layout.parse_layout`); ``4k`` marks a
 strided tile whose rows are whole pages apart (`TensorSpec.page_pitch`). A trailing ``serial`` forbids
 parallel loops. `spec_text(parse(t)) == t` for canonical text.
@@ -23,7 +23,14 @@ from morello_build.ir import spec as sp
 from morello_build.ir.dtypes import Dtype, parse_dtype
 from morello_build.ir.levels import Level, parse_level
 from morello_build.ir.sizes import dim_problem, dim_text_problem, size_problem, with_doc
-from morello_build.ir.tensorspec import PAGE_PITCH_TAG, TensorSpec, make_tensor, with_page_pitch
+from morello_build.ir.tensorspec import (
+    ALIGNED_TAG,
+    PAGE_PITCH_TAG,
+    TensorSpec,
+    make_tensor,
+    with_aligned,
+    with_page_pitch,
+)
 
 _NAMES = {
     "matmul": (sp.MATMUL, False),
@@ -112,9 +119,9 @@ def _show(text: str) -> str:
 def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     fields = text.split(":")
     # A bracket layout may not contain ':'; split is safe.
-    if len(fields) < 2 or len(fields) > 5:
+    if len(fields) < 2 or len(fields) > 6:
         raise SpecError(
-            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:vector_size]"
+            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:a64][:vector_size]"
         )
     dtype = parse_dtype(fields[0])
     level = parse_level(fields[1])
@@ -122,12 +129,15 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     rest = fields[2:]
     if rest and rest[-1].strip().isascii() and rest[-1].strip().isdigit():
         vs_text = rest.pop().strip()
+    aligned = bool(rest) and rest[-1].strip() == ALIGNED_TAG
+    if aligned:
+        rest.pop()
     page_pitch = bool(rest) and rest[-1].strip() == PAGE_PITCH_TAG
     if page_pitch:
         rest.pop()
     if len(rest) > 1:  # e.g. `row:junk`: a second layout or a vector size that is not a number
         raise SpecError(
-            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:vector_size]"
+            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:a64][:vector_size]"
         )
     if rest:
         layout_text = rest[0].strip()
@@ -161,6 +171,10 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
                 f"pages apart; {text!r} is contiguous"
             )
         t = with_page_pitch(t, True)
+    if aligned:
+        if not t.level.in_memory:
+            raise SpecError(f"{where}: {ALIGNED_TAG!r} marks a buffer in memory; {text!r} is not")
+        t = with_aligned(t)
     return t
 
 

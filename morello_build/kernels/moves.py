@@ -12,6 +12,7 @@ from morello_build.codegen.views import MEM, VRF, CodegenError, View, coords
 from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.spec import MOVE, ZERO, LogicalSpec
+from morello_build.ir.tensorspec import TensorSpec
 from morello_build.kernels.base import Kernel, in_vectors, no_memory, vectors
 from morello_build.kernels.emit_helpers import (
     contiguous_run,
@@ -57,10 +58,20 @@ def _vassign_cost(s: LogicalSpec, t: Target) -> int:
     a, b = s.operands
     if b.level is not Level.VRF:  # a store from the registers of `a`
         zmm = a.vector_size is not None and a.vector_size * a.dtype.size == 64
-        return (ZMM_STORE_COST if zmm else 1) * a.registers
+        return (ZMM_STORE_COST if zmm else 1) * a.registers + _split_cost(b, a, t)
     if a.level is not Level.VRF and isa_includes(t.isa, "avx512"):  # a load
-        return b.registers + VRF_LOAD_COST
-    return b.registers  # an AVX2 load, or a copy between registers (same count both sides)
+        return b.registers + VRF_LOAD_COST + _split_cost(a, b, t)
+    return b.registers + _split_cost(a, b, t)  # an AVX2 load, or between registers
+
+
+def _split_cost(mem: TensorSpec, reg: TensorSpec, t: Target) -> int:
+    """What the accesses of `reg`'s registers to `mem` add when `mem` may start anywhere
+    in a line (a caller's array, `TensorSpec.aligned`): at numpy's 16 bytes past a line every
+    64-byte vector splits two lines, and every other 32-byte one (docs/cost-model.md, "Split
+    loads")."""
+    if mem.aligned or not t.split_cost or not mem.level.in_memory or reg.vector_size is None:
+        return 0
+    return t.split_cost * reg.registers * reg.vector_size * reg.dtype.size // 64
 
 
 def _vassign_emit(ctx: Ctx, spec: LogicalSpec, views: tuple[View, ...]) -> None:

@@ -61,6 +61,10 @@ class Tuning:
     #: Register-tile heights offered besides the ISA's (`Isa.register_rows`) to products
     #: of f32 operands (the broadcast-FMA tiles they were measured with).
     f32_register_rows: tuple[int, ...] = ()
+    #: What a vector load or store of 64 bytes adds when it splits two lines, measured on
+    #: this microarchitecture: the cost of reading a caller's array in place, which may
+    #: start anywhere in a line (`TensorSpec.aligned`); 0: not measured, not charged.
+    split_cost: int = 0
 
 
 #: Tunings by name, the default first.
@@ -87,7 +91,9 @@ TUNINGS: dict[str, Tuning] = {
         # vdpbf16ps tiles of 6 rows ran 0.93x), and an L2 view that fills all of its 1 MiB
         # L2 is evicted by the other streams: docs/cost-model.md, "Lines read from L2";
         # a whole-k tile's rows of A cost 0.27 ns a line beyond its FMAs from L3 (median),
-        # 5 units: docs/cost-model.md, "Rows streamed under a tile"
+        # 5 units: docs/cost-model.md, "Rows streamed under a tile";
+        # a zmm load that splits two lines takes a second load's time (L1 reads 16 bytes
+        # past a line: 0.258 against 0.135 ns a line): docs/cost-model.md, "Split loads"
         Tuning(
             "zen5",
             fast_dpbf16=True,
@@ -98,6 +104,7 @@ TUNINGS: dict[str, Tuning] = {
             gl_stream_hit=5,
             l2_lines=1 << 13,
             f32_register_rows=(6,),
+            split_cost=1,
         ),
     )
 }
@@ -146,6 +153,11 @@ class Target:
     @property
     def tuning(self) -> Tuning:
         return TUNINGS[self.tune]
+
+    @property
+    def split_cost(self) -> int:
+        """`Tuning.split_cost`: what a 64-byte vector access that splits two lines adds."""
+        return self.tuning.split_cost
 
     @property
     def fast_dpbf16(self) -> bool:

@@ -86,7 +86,7 @@ def spatial_point(spec: LogicalSpec, linear: bool = False) -> tuple[int, ...] | 
             return None
         vs = _log2_exact(o.vector_size) + 1 if o.vector_size else 0  # type: ignore[operator]
         gap = len(o.layout.dims) - o.layout.contig
-        pt.extend((int(o.level), code, gap, vs, int(o.page_pitch)))
+        pt.extend((int(o.level), code, gap, vs, int(o.page_pitch) | int(o.aligned) << 1))
     pt.append(0 if spec.serial else 1)
     return tuple(pt)
 
@@ -153,14 +153,14 @@ def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
     for i, (dtype, oshape) in enumerate(zip(dtypes, shapes)):
         at = 1 + rank + _PER_OPERAND * i
         level_c, code, gap, vs_c, paged = point[at : at + _PER_OPERAND]
-        if not 0 <= level_c < len(Level) or paged not in (0, 1):
+        if not 0 <= level_c < len(Level) or paged not in (0, 1, 2, 3):
             return None
         layout = _decode_layout(code, len(oshape), gap)
         if layout is None or vs_c > 62:
             return None
         vector_size = 1 << (vs_c - 1) if vs_c else None
         level = Level(level_c)
-        t = TensorSpec(oshape, dtype, level, layout, vector_size)
-        operands.append(with_page_pitch(t, paged == 1))
+        t = TensorSpec(oshape, dtype, level, layout, vector_size, False, paged >> 1 == 1)
+        operands.append(with_page_pitch(t, paged & 1 == 1))
     spec = canonical(kind, point[0] == 0, shape, tuple(operands), point[-1] == 0)
     return spec if locate(spec) == (key, point) else None

@@ -60,18 +60,19 @@ def test_tunings_stream_with_or_without_prefetch(isa, dtype, k, n):
         _check(kernel, f"{isa} {dtype} 1x{k}x{n} tune {tune}")
 
 
-def test_zen5_sweeps_b_from_l2_under_6_row_tiles():
-    """zen5 prices an input read in place from L2 like an L1 line and offers f32 6x64 tiles
-    (docs/cost-model.md, "Lines read from L2"): a 64-column product moves B into L2 and
-    runs 6-row register tiles over it (45 rows: a 3-row remainder), where generic keeps
-    its own plan; both kernels match numpy, built with gcc and with clang."""
+def test_zen5_sweeps_b_from_l2_under_whole_k_tiles():
+    """zen5 prices an input read in place from L2 like an L1 line (docs/cost-model.md,
+    "Lines read from L2"): a 64-column product moves B into L2 and runs whole-k register
+    tiles over it (12x32, whose loads of B split half as often per FMA as 6x64's: "Split
+    loads"; 45 rows: a 9-row remainder), where generic splits k into L1 blocks; both
+    kernels match numpy, built with gcc and with clang."""
     spec = matmul_spec_text(1, 45, 512, 64)
     plans = {
         t: synthesize(spec, "avx512", tune=t, use_cache=False).impl for t in ("zen5", "generic")
     }
     zen5, generic = to_text(plans["zen5"]), to_text(plans["generic"])
-    assert "move(1, L2" in zen5 and "tile_out(1x6x" in zen5, zen5
-    assert "tile_out(1x6x" not in generic
+    assert "move(1, L2" in zen5 and "tile_out(1x12x512x32)" in zen5, zen5
+    assert "split(64)" in generic and "split(64)" not in zen5, generic
     for tune, impl in plans.items():
         _check(generate_c(impl, "mm", "avx512", tune=tune), f"avx512 f32 45x512x64 tune {tune}")
 
@@ -169,3 +170,21 @@ def test_verify_and_bench_name_the_tuning(tmp_path):
     assert (doc["target"], doc["tune"]) == ("avx2", "zen3")
     ok = {r["name"]: r for r in doc["results"]}
     assert ok["morello-build"]["gflops"] > 0
+
+
+def test_zen5_prices_the_split_loads_of_a_callers_b():
+    """zen5 charges a vector load from a caller's array, which may start anywhere in a line
+    (numpy puts a large one 16 bytes past), for the line it splits (docs/cost-model.md,
+    "Split loads"): at 8x2048x256 its register tiles take all 8 rows, so each load of B's
+    view feeds 8 FMAs (without the charge it tiled 6 and 2 rows, each loading B), where
+    generic, which charges none, keeps 4-row tiles. Both kernels match numpy, built with gcc
+    and with clang."""
+    spec = matmul_spec_text(1, 8, 2048, 256)
+    plans = {
+        t: synthesize(spec, "avx512", tune=t, use_cache=False).impl for t in ("zen5", "generic")
+    }
+    zen5, generic = to_text(plans["zen5"]), to_text(plans["generic"])
+    assert "tile_out(1x8x16x32)" in zen5 and "tile_out(1x6x" not in zen5, zen5
+    assert "tile_out(1x4x16x64)" in generic, generic
+    for tune, impl in plans.items():
+        _check(generate_c(impl, "mm", "avx512", tune=tune), f"avx512 f32 8x2048x256 tune {tune}")

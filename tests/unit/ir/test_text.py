@@ -172,7 +172,7 @@ MALFORMED = [
     # Operand fields.
     (
         "Zero(2x2, f32)",
-        "Zero operand out: malformed operand 'f32'; expected dtype:LEVEL[:layout][:4k][:vector_size]",
+        "Zero operand out: malformed operand 'f32'; expected dtype:LEVEL[:layout][:4k][:a64][:vector_size]",
     ),
     ("Zero(2x2, f32:GL:row:8:9)", "Zero operand out: malformed operand 'f32:GL:row:8:9'"),
     (
