@@ -8,7 +8,8 @@
 
 Operands are ``dtype:LEVEL[:layout][:4k][:a64][:vector_size]``; layouts are ``row``, ``col`` or
 an explicit physical-dim list (see `morello_build.ir.layout.parse_layout`); ``4k`` marks a
-strided tile whose rows are whole pages apart (`TensorSpec.page_pitch`). A trailing ``serial`` forbids
+strided tile whose rows are whole pages apart (`TensorSpec.page_pitch`), ``a64`` one of the kernel's
+own buffers, which starts on a line (`TensorSpec.aligned`). A trailing ``serial`` forbids
 parallel loops. `spec_text(parse(t)) == t` for canonical text.
 """
 
