@@ -117,13 +117,15 @@ def _show(text: str) -> str:
     return repr(text) if len(text) <= 80 else repr(text[:60] + "...") + f" ({len(text)} chars)"
 
 
+#: The operand syntax, as errors quote it.
+_OPERAND_FORM = "dtype:LEVEL[:layout][:4k][:a64][:vector_size]"
+
+
 def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     fields = text.split(":")
     # A bracket layout may not contain ':'; split is safe.
     if len(fields) < 2 or len(fields) > 6:
-        raise SpecError(
-            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:a64][:vector_size]"
-        )
+        raise SpecError(f"{where}: malformed operand {text!r}; expected {_OPERAND_FORM}")
     dtype = parse_dtype(fields[0])
     level = parse_level(fields[1])
     layout_text, vs_text = "row", None
@@ -137,9 +139,7 @@ def parse_tensor(text: str, shape: tuple[int, ...], where: str) -> TensorSpec:
     if page_pitch:
         rest.pop()
     if len(rest) > 1:  # e.g. `row:junk`: a second layout or a vector size that is not a number
-        raise SpecError(
-            f"{where}: malformed operand {text!r}; expected dtype:LEVEL[:layout][:4k][:a64][:vector_size]"
-        )
+        raise SpecError(f"{where}: malformed operand {text!r}; expected {_OPERAND_FORM}")
     if rest:
         layout_text = rest[0].strip()
     if level is Level.RF:

@@ -143,6 +143,9 @@ class Target:
     #: What a line of an input's main-memory rows streamed under a tile costs
     #: (`Tuning.gl_stream_hit`); None: what any main-memory line costs.
     gl_stream_hit: int | None = None
+    #: What a 64-byte vector access that splits two lines adds (`Tuning.split_cost`); 0:
+    #: not charged, and the search marks no buffer `aligned`.
+    split_cost: int = 0
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     def __hash__(self) -> int:
@@ -153,11 +156,6 @@ class Target:
     @property
     def tuning(self) -> Tuning:
         return TUNINGS[self.tune]
-
-    @property
-    def split_cost(self) -> int:
-        """`Tuning.split_cost`: what a 64-byte vector access that splits two lines adds."""
-        return self.tuning.split_cost
 
     @property
     def fast_dpbf16(self) -> bool:
@@ -282,5 +280,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         strided_copy_percent=rec.strided_copy_percent,
         l2_read_hit=tuning.l2_read_hit if rec.l2_lines else None,
         gl_stream_hit=tuning.gl_stream_hit if rec.l2_lines else None,  # measured with zmm
+        split_cost=tuning.split_cost,
         tune=tuning.name,
     )
