@@ -34,10 +34,10 @@ from pathlib import Path
 from morello_build.api import pipeline_spec_text, synthesize_kernel
 from morello_build.errors import MorelloError
 from morello_build.harness.pipeline_bench import (
-    DEFAULT_PEERS,
     MORELLO,
     PipelineBench,
     bench_pipeline,
+    peers_for,
 )
 from morello_build.ir.expr import FUNCTIONS
 from morello_build.machine.isa import host_cpu_name
@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
     scalars = frozenset(name.strip() for name in args.scalars.split(",") if name.strip())
-    peers = [p.name for p in DEFAULT_PEERS]
+    # --dtype bf16 makes every product's matrices bf16: the bf16 peers run too
+    peer_list = peers_for([args.dtype])
+    peers = [p.name for p in peer_list]
     head = ["expression", "M x K x N", f"{MORELLO} ms", *(f"{p} ms" for p in peers)]
     head += ["vs best unfused", "vs best fused peer"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
@@ -157,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             ).kernel
             print(f"{tag}: synthesized in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             t0 = time.perf_counter()
-            bench = bench_pipeline(kernel, min_time=args.min_time, offset=args.offset)
+            bench = bench_pipeline(
+                kernel, min_time=args.min_time, offset=args.offset, peers=peer_list
+            )
             print(f"{tag}: timed in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         except MorelloError as exc:
             print(f"{tag}: error: {exc}", file=sys.stderr)

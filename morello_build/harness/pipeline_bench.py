@@ -71,7 +71,18 @@ from morello_build.ir.spec import (
 )
 from morello_build.machine.isa import host_cpu_name, host_supports
 
-__all__ = ["C_MKL", "C_OPENBLAS", "DEFAULT_PEERS", "JAX", "MORELLO", "ONEDNN", "ONNXRUNTIME"]
+__all__ = [
+    "BF16_PEERS",
+    "C_MKL",
+    "C_OPENBLAS",
+    "DEFAULT_PEERS",
+    "JAX",
+    "JAX_BF16",
+    "MORELLO",
+    "ONEDNN",
+    "ONNXRUNTIME",
+    "peers_for",
+]
 __all__ += ["UNFUSED", "PipelineBench"]
 __all__ += ["PipelineCase", "PipelinePeer", "PipelineRow", "bench_pipeline", "kernel_inputs"]
 __all__ += ["peer_inputs"]
@@ -80,6 +91,7 @@ MORELLO = "morello"
 UNFUSED = "unfused (numpy/OpenBLAS)"
 ONNXRUNTIME = "onnxruntime"
 JAX = "jax.jit (XLA CPU)"
+JAX_BF16 = "jax.jit/bf16 (XLA CPU, bf16 inputs)"
 ONEDNN = "oneDNN matmul + post-ops"
 C_OPENBLAS = "sgemm (OpenBLAS) + C loops"
 C_MKL = "sgemm (MKL) + C loops"
@@ -92,11 +104,13 @@ THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 class PipelineCase:
     """The inputs as peers get them: f32 (bf16 values widen exactly), the kernel's inputs
     in order and in its layouts (matrices 2-D), each with whether it is stored transposed
-    (``w.T``: w is [N, K])."""
+    (``w.T``: w is [N, K]); `bf16` says which of them the kernel reads as bf16 (a peer
+    that takes bf16 may narrow those exactly)."""
 
     stages: tuple[str, ...]
     inputs: tuple[tuple[NDArray[np.float32], bool], ...]
     out_shape: tuple[int, int]
+    bf16: tuple[bool, ...] = ()
 
     def logical(self) -> list[NDArray[np.float32]]:
         return [a.T if transposed else a for a, transposed in self.inputs]
@@ -346,6 +360,23 @@ def _import_jax() -> str:
 
 def plan_jax(case: PipelineCase) -> PyImpl | str:
     """`jax.jit` of the expression (f32 matmul at HIGHEST precision) on device buffers."""
+    return _plan_jax(case, JAX, narrow=False)
+
+
+def plan_jax_bf16(case: PipelineCase) -> PyImpl | str:
+    """`jax.jit` given the kernel's bf16 inputs as bf16 arrays, as a user holding bf16
+    weights would call it: a product of two of them is a bf16 dot that accumulates in f32
+    (`preferred_element_type`), which XLA runs on the CPU's bf16 instructions where it has
+    them; a product with an f32 value widens the bf16 side and runs at HIGHEST, so the
+    result keeps the kernel's accuracy (narrowing softmax's probabilities to bf16 instead
+    fails the reference's bound). Measured beside the f32 call because neither is faster
+    everywhere (docs/performance.md)."""
+    if not any(case.bf16):
+        return "the kernel reads no bf16 input"
+    return _plan_jax(case, JAX_BF16, narrow=True)
+
+
+def _plan_jax(case: PipelineCase, name: str, narrow: bool) -> PyImpl | str:
     why = _import_jax()
     if why:
         return why
@@ -357,31 +388,41 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
     acts["gelu_tanh"] = functools.partial(jax.nn.gelu, approximate=True)
     acts["softmax"] = functools.partial(jax.nn.softmax, axis=-1)
     transposed = [t for _, t in case.inputs]
+    f32, bf16 = jnp.float32, jnp.bfloat16
+
+    def matmul(a: Any, b: Any) -> Any:
+        if a.dtype == bf16 and b.dtype == bf16:
+            return jnp.matmul(a, b, preferred_element_type=f32)
+        return jnp.matmul(a.astype(f32), b.astype(f32), precision=jax.lax.Precision.HIGHEST)
 
     def f(arrays: Sequence[Any]) -> Any:
         v, stages = case.walk([a.T if t else a for a, t in zip(arrays, transposed, strict=True)])
         first = v
         for kind, arg in stages:
             if arg is None:
-                v = acts[kind](v)
+                v = acts[kind](v.astype(f32))
             elif kind == GATE:
-                v = v * jnp.matmul(first, arg, precision=jax.lax.Precision.HIGHEST)
+                v = v.astype(f32) * matmul(first, arg)
             elif kind == MATMUL:
-                v = jnp.matmul(v, arg, precision=jax.lax.Precision.HIGHEST)
+                v = matmul(v, arg)
             else:
                 b = broadcast_operand(kind, arg)
-                v = v + b if kind in ADD_KINDS else v * b
-        return v
+                v = v.astype(f32) + b if kind in ADD_KINDS else v.astype(f32) * b
+        return v.astype(f32)
 
     jf, cpu = jax.jit(f), jax.devices("cpu")[0]
-    arrays = [jax.device_put(a, cpu) for a, _ in case.inputs]
+    narrowed = case.bf16 if narrow else (False,) * len(case.inputs)
+    arrays = [
+        jax.device_put(a.astype(bf16) if n else a, cpu)  # bf16 values: exact both ways
+        for (a, _), n in zip(case.inputs, narrowed, strict=True)
+    ]
     last: list[Any] = [None]
 
     def run() -> None:
         last[0] = jf(arrays)
         last[0].block_until_ready()
 
-    return PyImpl(JAX, run, lambda: np.asarray(last[0]))
+    return PyImpl(name, run, lambda: np.asarray(last[0]))
 
 
 def plan_onednn(case: PipelineCase) -> PyImpl | str:
@@ -415,6 +456,14 @@ DEFAULT_PEERS: tuple[PipelinePeer, ...] = (
     PipelinePeer(JAX, True, plan_jax),
     PipelinePeer(ONEDNN, True, plan_onednn),
 )
+#: The peers that only run when the kernel reads bf16 inputs.
+BF16_PEERS: tuple[PipelinePeer, ...] = (PipelinePeer(JAX_BF16, True, plan_jax_bf16),)
+
+
+def peers_for(dtypes: Sequence[str]) -> tuple[PipelinePeer, ...]:
+    """The default peers of a kernel whose inputs have `dtypes`: `BF16_PEERS` too when
+    one of them is bf16."""
+    return DEFAULT_PEERS + (BF16_PEERS if "bf16" in dtypes else ())
 
 
 # --------------------------------------------------------------------------- the bench
@@ -495,7 +544,7 @@ def _peer_case(
         for a, o in zip(phys, ins)  # a scalar has no dims (its buffer is one value)
     ]
     m, n = out.shape
-    return PipelineCase(stages, tuple(inputs), (m, n))
+    return PipelineCase(stages, tuple(inputs), (m, n), tuple(o.dtype == "bf16" for o in ins))
 
 
 def bench_pipeline(
@@ -504,7 +553,7 @@ def bench_pipeline(
     min_time: float = 0.5,
     compiler: str | None = None,
     seed: int = 0,
-    peers: Sequence[PipelinePeer] = DEFAULT_PEERS,
+    peers: Sequence[PipelinePeer] | None = None,
     offset: int | None = None,
 ) -> PipelineBench:
     """Compile `kernel` (-O3 and its ISA, as a user's build does), check it and `peers`
@@ -514,7 +563,8 @@ def bench_pipeline(
 
     `offset`: every input (the kernel's and the peers') and the kernel's output start this
     many bytes past a 64-byte boundary; None leaves them where numpy puts them, which
-    differs from run to run (docs/cli.md). Peers allocate their own outputs."""
+    differs from run to run (docs/cli.md). Peers allocate their own outputs. `peers`
+    defaults to `peers_for` the kernel's input dtypes."""
     abi = kernel.abi
     stages = compose_stages(abi.op)
     if stages is None:
@@ -523,6 +573,8 @@ def bench_pipeline(
         raise IsaUnavailable(abi.isa)
     ins = [o for o in abi.operands if o.is_input]
     out = next(o for o in abi.operands if not o.is_input)
+    if peers is None:
+        peers = peers_for([o.dtype for o in ins])
     rng = np.random.default_rng(seed)
     values = pipeline_inputs(
         abi.op, {o.name: o.shape for o in ins}, {o.name: o.dtype for o in ins}, rng
@@ -614,6 +666,11 @@ def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) ->
         notes.append(f"unfused gelu_erf: 0.5 x (1 + erf(x / sqrt 2)) with {erf_f32()[1]}")
     if JAX in timed:
         notes.append(f"jax: XLA_FLAGS={xla_flags(1)!r}; matmul at Precision.HIGHEST (f32)")
+    if JAX_BF16 in timed:
+        notes.append(
+            f"{JAX_BF16}: the kernel's bf16 inputs as bf16 arrays; a product of two of them "
+            "is a bf16 dot accumulating in f32, a product with an f32 value widens to f32"
+        )
     finders = {C_OPENBLAS: find_openblas, C_MKL: find_mkl}
     blas = [finders[name]() for name in finders if name in timed]
     libs = [f"{lib.name} {lib.version}".strip() for lib in blas]

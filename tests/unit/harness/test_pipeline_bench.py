@@ -22,6 +22,7 @@ from morello_build.harness.pipeline_bench import (
     C_OPENBLAS,
     DEFAULT_PEERS,
     JAX,
+    JAX_BF16,
     MORELLO,
     ONEDNN,
     ONNXRUNTIME,
@@ -31,6 +32,8 @@ from morello_build.harness.pipeline_bench import (
     bench_pipeline,
     kernel_inputs,
     peer_inputs,
+    peers_for,
+    plan_jax_bf16,
     plan_unfused,
 )
 from morello_build.harness.pipeline_reference import pipeline_inputs
@@ -107,7 +110,8 @@ def _missing(peer: str) -> str | None:
     if peer in libs:
         lib = libs[peer]()
         return None if lib.available else lib.reason
-    modules = {ONNXRUNTIME: ("onnxruntime", "onnx"), JAX: ("jax",)}.get(peer, ())
+    modules = {ONNXRUNTIME: ("onnxruntime", "onnx"), JAX: ("jax",), JAX_BF16: ("jax",)}
+    modules = modules.get(peer, ())
     gone = [m for m in modules if importlib.util.find_spec(m) is None]
     return f"{', '.join(gone)} not installed" if gone else None
 
@@ -118,7 +122,12 @@ def test_every_installed_peer_is_checked_and_timed(case: str) -> None:
         pytest.skip("this checkout has no pipelines with a product after the head")
     kernel = _kernel(case)
     bench = bench_pipeline(kernel, min_time=FAST)
-    assert [r.name for r in bench.rows] == [MORELLO, *(p.name for p in DEFAULT_PEERS)]
+    dtypes = [o.dtype for o in kernel.abi.operands if o.is_input]
+    expected = [MORELLO, *(p.name for p in DEFAULT_PEERS)]
+    if "bf16" in dtypes:  # jax also gets the bf16 inputs as bf16
+        expected.append(JAX_BF16)
+    assert [r.name for r in bench.rows] == expected
+    assert [p.name for p in peers_for(dtypes)] == expected[1:]
     me = bench.row(MORELLO)
     assert me.status == "ok" and me.ms is not None and me.ms > 0 and me.speedup == 1.0
     for row in bench.rows:
@@ -253,3 +262,23 @@ def test_the_kernel_reads_the_peers_arrays_where_its_bytes_are_theirs(
         assert not np.shares_memory(buf, peer)
         got = decode(o.dtype, from_physical(buf, o.order))
         np.testing.assert_array_equal(got, from_physical(peer, o.order))
+
+
+def test_jax_bf16_runs_only_for_bf16_inputs_and_keeps_the_kernels_accuracy() -> None:
+    """The bf16 jax peer takes the kernel's bf16 matrices as bf16 arrays (a real bf16 dot
+    for q @ k.T) and still passes the reference's bound (P @ v widened to f32); an f32
+    kernel has nothing for it to narrow (and does not list it: the parametrized test)."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed (pip install 'jax[cpu]')")
+    expr = "softmax((q @ k.T) * s) @ v"
+    shapes = {"q": (8, 16), "k": (24, 16), "s": (1,), "v": (24, 8)}
+    text = pipeline_spec_text(expr, shapes, dtype="bf16")
+    kernel = synthesize_kernel(text, name="pb_att", target="avx2", use_cache=False).kernel
+    bench = bench_pipeline(kernel, min_time=FAST)
+    row = bench.row(JAX_BF16)
+    assert row.status == "ok", row.status
+    assert row.checked is not None and 0.0 <= row.checked <= 1.0
+    assert row.fused and row.ms is not None and row.ms > 0
+    assert any(n.startswith(f"{JAX_BF16}: ") for n in bench.notes)
+    case = PipelineCase(("matmul",), ((np.ones((2, 2), np.float32), False),) * 2, (2, 2))
+    assert plan_jax_bf16(case) == "the kernel reads no bf16 input"
