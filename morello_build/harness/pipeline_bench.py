@@ -366,11 +366,11 @@ def plan_jax(case: PipelineCase) -> PyImpl | str:
 def plan_jax_bf16(case: PipelineCase) -> PyImpl | str:
     """`jax.jit` given the kernel's bf16 inputs as bf16 arrays, as a user holding bf16
     weights would call it: a product of two of them is a bf16 dot that accumulates in f32
-    (`preferred_element_type`), which XLA runs on the CPU's bf16 instructions where it has
-    them; a product with an f32 value widens the bf16 side and runs at HIGHEST, so the
-    result keeps the kernel's accuracy (narrowing softmax's probabilities to bf16 instead
-    fails the reference's bound). Measured beside the f32 call because neither is faster
-    everywhere (docs/performance.md)."""
+    (`preferred_element_type`; how XLA runs it is XLA's choice), a product with an f32
+    value widens the bf16 side and runs at HIGHEST, so the result keeps the kernel's
+    accuracy (narrowing softmax's probabilities to bf16 instead fails the reference's
+    bound). Timed beside the f32 call: neither was faster at every shape measured
+    (docs/performance.md, "The attention core with bf16 inputs on AMD Zen 5")."""
     if not any(case.bf16):
         return "the kernel reads no bf16 input"
     return _plan_jax(case, JAX_BF16, narrow=True)
