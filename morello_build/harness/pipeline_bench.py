@@ -661,7 +661,12 @@ def _notes(op: str, stages: Sequence[str], dtypes: Sequence[str], timed: Any) ->
         f"checked: largest |error| as a % of its bound (harness/pipeline_reference.py, {op})",
     ]
     if "bf16" in dtypes:
-        notes.append("bf16 inputs: the kernel reads bf16; the peers get the same values as f32")
+        who = (
+            f"the kernel and {JAX_BF16.split(' ')[0]} read"
+            if JAX_BF16 in timed
+            else "the kernel reads"
+        )
+        notes.append(f"bf16 inputs: {who} bf16; the other peers get the same values as f32")
     if "gelu_erf" in stages:
         notes.append(f"unfused gelu_erf: 0.5 x (1 + erf(x / sqrt 2)) with {erf_f32()[1]}")
     if JAX in timed:

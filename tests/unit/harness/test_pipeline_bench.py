@@ -280,5 +280,8 @@ def test_jax_bf16_runs_only_for_bf16_inputs_and_keeps_the_kernels_accuracy() -> 
     assert row.checked is not None and 0.0 <= row.checked <= 1.0
     assert row.fused and row.ms is not None and row.ms > 0
     assert any(n.startswith(f"{JAX_BF16}: ") for n in bench.notes)
+    assert any(
+        n.startswith("bf16 inputs: the kernel and jax.jit/bf16 read bf16") for n in bench.notes
+    )
     case = PipelineCase(("matmul",), ((np.ones((2, 2), np.float32), False),) * 2, (2, 2))
     assert plan_jax_bf16(case) == "the kernel reads no bf16 input"
