@@ -21,7 +21,7 @@ from morello_build.ir.layout import Layout, PhysDim
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import KINDS, LogicalSpec, canonical, is_compose, operand_shapes
-from morello_build.ir.tensorspec import TensorSpec, with_page_pitch
+from morello_build.ir.tensorspec import TensorSpec, with_aligned, with_page_pitch
 from morello_build.ir.text import parse_spec
 
 _INT32_MAX = (1 << 31) - 1
@@ -160,7 +160,9 @@ def spec_at(key: str, point: tuple[int, ...]) -> LogicalSpec | None:
             return None
         vector_size = 1 << (vs_c - 1) if vs_c else None
         level = Level(level_c)
-        t = TensorSpec(oshape, dtype, level, layout, vector_size, False, paged >> 1 == 1)
+        t = TensorSpec(oshape, dtype, level, layout, vector_size)
+        if paged >> 1:  # a mark on a register does not round-trip: the point is refused
+            t = with_aligned(t)
         operands.append(with_page_pitch(t, paged & 1 == 1))
     spec = canonical(kind, point[0] == 0, shape, tuple(operands), point[-1] == 0)
     return spec if locate(spec) == (key, point) else None

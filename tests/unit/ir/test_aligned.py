@@ -111,6 +111,19 @@ def test_the_text_form_and_the_memo_coordinates_keep_the_mark() -> None:
     assert spec_at(key, point) == spec
 
 
+def test_a_point_that_marks_a_register_is_refused() -> None:
+    """The cache is untrusted: a point whose register operand carries the mark names no
+    Spec (`TensorSpec.aligned` exists only in memory)."""
+    spec = parse_spec("Move(1x16, f32:L1:row:a64, f32:VRF:row:16)")
+    key, point = locate(spec)
+    assert spec_at(key, point) == spec
+    rank, per_operand = len(spec.shape), 5  # (level, layout, gap, vector size, marks)
+    marks = [1 + rank + per_operand * i + 4 for i in range(2)]
+    assert [point[m] for m in marks] == [2, 0]  # a64 on the L1 buffer, none on the register
+    at = marks[1]
+    assert spec_at(key, (*point[:at], 2, *point[at + 1 :])) is None
+
+
 def test_a_products_lhs_drops_the_mark() -> None:
     """Its values are broadcast one at a time: the mark would only split the memo."""
     spec = parse_spec("Matmul(1x6x8x64, f32:L1:row:a64, f32:L1:row, f32:L1:row, serial)")
