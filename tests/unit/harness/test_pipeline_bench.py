@@ -110,8 +110,8 @@ def _missing(peer: str) -> str | None:
     if peer in libs:
         lib = libs[peer]()
         return None if lib.available else lib.reason
-    modules = {ONNXRUNTIME: ("onnxruntime", "onnx"), JAX: ("jax",), JAX_BF16: ("jax",)}
-    modules = modules.get(peer, ())
+    python_peers = {ONNXRUNTIME: ("onnxruntime", "onnx"), JAX: ("jax",), JAX_BF16: ("jax",)}
+    modules = python_peers.get(peer, ())
     gone = [m for m in modules if importlib.util.find_spec(m) is None]
     return f"{', '.join(gone)} not installed" if gone else None
 
