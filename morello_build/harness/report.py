@@ -18,6 +18,7 @@ from morello_build.harness.peer_registry import (
     AMX_PEAK,
     FMA_PEAK,
     ONE_THREAD,
+    REFERENCES,
     STREAM_READ,
     STREAM_RW,
 )
@@ -93,8 +94,6 @@ class BenchReport:
         """Each timed peer's median over the kernel's median in the same loop (C harness
         peers over the C-harness kernel, Python peers over the ctypes kernel): > 1 means
         the kernel is faster. References and the one-thread kernel are not peers."""
-        from morello_build.harness.peer_registry import REFERENCES
-
         out: dict[str, float] = {}
         for group in (self.results, self.python_results):
             if not group or group[0].skipped is not None:
