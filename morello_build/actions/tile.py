@@ -21,11 +21,13 @@ from morello_build.ir.tensorspec import TensorSpec, tile_tensor
 from morello_build.machine.target import Target
 
 
-def shrink(spec: LogicalSpec, shape: tuple[int, ...], serial: bool) -> LogicalSpec | None:
+def shrink(
+    spec: LogicalSpec, shape: tuple[int, ...], serial: bool, target: Target
+) -> LogicalSpec | None:
     """`spec` restricted to a `shape`-sized region (None if a layout cannot express it)."""
     ops = []
     for o, sub in zip(spec.operands, operand_shapes(spec.kind, shape)):
-        t = tile_tensor(o, sub)
+        t = tile_tensor(o, sub, target.l2_strip_row_bytes)
         if t is None:
             return None
         ops.append(t)
@@ -99,13 +101,13 @@ def loop_plan(
         return None
     if not register_aligned(spec, tile):
         return None
-    body = shrink(spec, tile, spec.serial or parallel)
+    body = shrink(spec, tile, spec.serial or parallel, target)
     if body is None:
         return None
     children = [body]
     if ragged:  # most tiles divide their Spec: no remainder slabs to look up
         for region, _ in boundary_regions(shape, tile):
-            b = shrink(spec, region, spec.serial)
+            b = shrink(spec, region, spec.serial, target)
             if b is None:
                 return None
             children.append(b)

@@ -242,24 +242,27 @@ def _tile_page_pitch(t: TensorSpec, tile: tuple[int, ...], layout: lay.Layout) -
     return t.page_pitch
 
 
-#: The widest rows (bytes) a strided strip of an L2 view may be cut from; see `_l2_strip`.
+#: The widest rows (bytes) a strided strip of an L2 view may be cut from, unless the
+#: target's tuning measured wider ones (`Target.l2_strip_row_bytes`); see `_l2_strip`.
 L2_STRIP_MAX_ROW_BYTES = 512
 
 
-def _l2_strip(parent: TensorSpec, layout: lay.Layout) -> bool:
+def _l2_strip(parent: TensorSpec, layout: lay.Layout, max_row_bytes: int) -> bool:
     """Whether a column strip of a whole row-major L2 view may stay in L2 (e.g. the
     128x32 strip of a 128x128 B that a whole-k 12x32 register tile reads).
 
     Why: the rows of such a B are too many for L1 (64 KiB) but each strip streams from
-    L2 in order, one row after the next; wider rows than 512 bytes keep to packed panels.
-    A strip is read in place, never moved as a whole (`Move`): as an L1 view its lines
-    crowd a few L1 sets. One level only: a tile of a strip has lost the parent's row
-    stride, so it must be contiguous. Measurements: docs/internals.md, "The L2 level"."""
+    L2 in order, one row after the next; rows wider than `max_row_bytes` keep to packed
+    panels (512 on the Xeon; Zen 5 measured strips of 4 KiB rows as fast as packed
+    panels). A strip is read in place, never moved as a whole (`Move`): as an L1 view its
+    lines crowd a few L1 sets. One level only: a tile of a strip has lost the parent's row
+    stride, so it must be contiguous. Measurements: docs/internals.md, "The L2 level", and
+    docs/cost-model.md, "Strips of an L2 view with wide rows"."""
     if parent.level is not Level.L2 or not parent.layout.is_row_major():
         return False
     if not parent.layout.is_fully_contiguous or layout.contig < 1:
         return False
-    return parent.shape[-1] * parent.dtype.size <= L2_STRIP_MAX_ROW_BYTES
+    return parent.shape[-1] * parent.dtype.size <= max_row_bytes
 
 
 _TENSORS: dict[TensorSpec, TensorSpec] = {}
@@ -281,20 +284,23 @@ def clear_interned_tensors() -> None:
 # (id of a tensor, tile) -> (that tensor, its tile). Keyed by identity: equal tensors the
 # search builds are one object (`intern_tensor`), and hashing a tensor walks its shape and
 # layout. The entry holds the tensor, so its id is not reused while the entry lives.
-_TILES: dict[tuple[int, tuple[int, ...]], tuple[TensorSpec, TensorSpec | None]] = {}
+_TILES: dict[tuple[int, tuple[int, ...], int], tuple[TensorSpec, TensorSpec | None]] = {}
 
 
-def tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
+def tile_tensor(
+    t: TensorSpec, tile: tuple[int, ...], l2_strip_row_bytes: int = L2_STRIP_MAX_ROW_BYTES
+) -> TensorSpec | None:
     """The TensorSpec of a `tile`-shaped piece of `t` (same level, dtype, vector size),
-    interned (`intern_tensor`).
+    interned (`intern_tensor`); `l2_strip_row_bytes` bounds the rows of an L2 view whose
+    column strips stay in L2 (`_l2_strip`; the target's `l2_strip_row_bytes`).
 
     Cached: the search asks for few distinct tiles (f32 32x64x64: 532k calls, 2,708
     distinct arguments), and a lookup costs a fifth of computing one."""
-    key = (id(t), tile)
+    key = (id(t), tile, l2_strip_row_bytes)
     hit = _TILES.get(key)
     if hit is not None and hit[0] is t:
         return hit[1]
-    tiled = _tile_tensor(t, tile)
+    tiled = _tile_tensor(t, tile, l2_strip_row_bytes)
     found = None if tiled is None else intern_tensor(tiled)
     _TILES[key] = (t, found)
     return found
@@ -304,7 +310,9 @@ def cached_tiles() -> int:
     return len(_TILES)
 
 
-def _tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
+def _tile_tensor(
+    t: TensorSpec, tile: tuple[int, ...], l2_strip_row_bytes: int
+) -> TensorSpec | None:
     if tile == t.shape:
         return t
     if t.level is Level.RF:
@@ -312,7 +320,7 @@ def _tile_tensor(t: TensorSpec, tile: tuple[int, ...]) -> TensorSpec | None:
     new_layout = lay.update_for_tiling(t.layout, t.shape, tile)
     if new_layout is None:
         return None
-    if not level_holds(t.level, new_layout) and not _l2_strip(t, new_layout):
+    if not level_holds(t.level, new_layout) and not _l2_strip(t, new_layout, l2_strip_row_bytes):
         return None
     if t.vector_size is not None:
         vs = t.vector_size

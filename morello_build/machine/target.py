@@ -21,7 +21,7 @@ from morello_build.ir.dtypes import Dtype
 from morello_build.ir.levels import Level
 from morello_build.ir.limits import Limits
 from morello_build.ir.spec import LogicalSpec
-from morello_build.ir.tensorspec import TensorSpec
+from morello_build.ir.tensorspec import L2_STRIP_MAX_ROW_BYTES, TensorSpec
 from morello_build.machine.isa import ISA, ISAS, Isa, native_isa, native_tune
 
 
@@ -65,6 +65,10 @@ class Tuning:
     #: this microarchitecture: the cost of reading a caller's array in place, which may
     #: start anywhere in a line (`TensorSpec.aligned`); 0: not measured, not charged.
     split_cost: int = 0
+    #: The widest rows (bytes) of an L2 view whose column strips a register tile may read
+    #: in place from L2, when measured wider than `tensorspec.L2_STRIP_MAX_ROW_BYTES` on
+    #: this microarchitecture (`benchmarks/l2_strips.py`); None keeps that.
+    l2_strip_row_bytes: int | None = None
 
 
 #: Tunings by name, the default first.
@@ -93,7 +97,9 @@ TUNINGS: dict[str, Tuning] = {
         # a whole-k tile's rows of A cost 0.27 ns a line beyond its FMAs from L3 (median),
         # 5 units: docs/cost-model.md, "Rows streamed under a tile";
         # a zmm load that splits two lines takes a second load's time (L1 reads 16 bytes
-        # past a line: 0.258 against 0.135 ns a line): docs/cost-model.md, "Split loads"
+        # past a line: 0.258 against 0.135 ns a line): docs/cost-model.md, "Split loads";
+        # a 12x32 tile reads 32-column strips of an L2 block with rows up to 4 KiB apart
+        # as fast as packed panels: docs/cost-model.md, "Strips of an L2 view with wide rows"
         Tuning(
             "zen5",
             fast_dpbf16=True,
@@ -105,6 +111,7 @@ TUNINGS: dict[str, Tuning] = {
             l2_lines=1 << 13,
             f32_register_rows=(6,),
             split_cost=1,
+            l2_strip_row_bytes=4096,
         ),
     )
 }
@@ -146,6 +153,9 @@ class Target:
     #: What a 64-byte vector access that splits two lines adds (`Tuning.split_cost`); 0:
     #: not charged, and the search marks no buffer `aligned`.
     split_cost: int = 0
+    #: The widest rows (bytes) of an L2 view whose column strips stay in L2
+    #: (`Tuning.l2_strip_row_bytes`, else `tensorspec.L2_STRIP_MAX_ROW_BYTES`).
+    l2_strip_row_bytes: int = L2_STRIP_MAX_ROW_BYTES
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     def __hash__(self) -> int:
@@ -242,6 +252,14 @@ def _f32_register_rows(rec: Isa, tuning: Tuning) -> tuple[int, ...]:
     return (*rec.register_rows, *extra) if rec.vector_bytes and extra else ()
 
 
+def _l2_strip_row_bytes(rec: Isa, tuning: Tuning) -> int:
+    """The tuning's measured strip rows on AVX-512, where they were measured (zmm
+    broadcast-FMA tiles; AMX tiles load B otherwise); else the default."""
+    if tuning.l2_strip_row_bytes is None or rec.name != "avx512":
+        return L2_STRIP_MAX_ROW_BYTES
+    return tuning.l2_strip_row_bytes
+
+
 def resolve_tune(tune: str | None, target_name: str) -> str:
     """The tuning a request means: `native` is this host's (`isa.native_tune`); None is
     `native` for the `native` target (like `-march=native`) and `generic` otherwise, so an
@@ -281,5 +299,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         l2_read_hit=tuning.l2_read_hit if rec.l2_lines else None,
         gl_stream_hit=tuning.gl_stream_hit if rec.l2_lines else None,  # measured with zmm
         split_cost=tuning.split_cost,
+        l2_strip_row_bytes=_l2_strip_row_bytes(rec, tuning),
         tune=tuning.name,
     )
