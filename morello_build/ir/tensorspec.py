@@ -281,9 +281,10 @@ def clear_interned_tensors() -> None:
     _TILES.clear()
 
 
-# (id of a tensor, tile) -> (that tensor, its tile). Keyed by identity: equal tensors the
-# search builds are one object (`intern_tensor`), and hashing a tensor walks its shape and
-# layout. The entry holds the tensor, so its id is not reused while the entry lives.
+# (id of a tensor, tile, L2 strip row limit) -> (that tensor, its tile). Keyed by identity:
+# equal tensors the search builds are one object (`intern_tensor`), and hashing a tensor
+# walks its shape and layout. The entry holds the tensor, so its id is not reused while the
+# entry lives.
 _TILES: dict[tuple[int, tuple[int, ...], int], tuple[TensorSpec, TensorSpec | None]] = {}
 
 
