@@ -1,5 +1,5 @@
 """The cost model's microbenchmarks (benchmarks/strided_copy.py, par_setup.py, tile_stream.py,
-level_reads.py, row_stream.py) run end to end on small sizes: a real C probe is built and
+level_reads.py, row_stream.py, l2_strips.py) run end to end on small sizes: a real C probe is built and
 run, and its table is well formed. Speed is not asserted (the figures are a machine's facts,
 recorded in docs/cost-model.md)."""
 
@@ -108,6 +108,7 @@ def test_level_reads_refuses_bad_sizes() -> None:
     assert p.returncode == 2 and "--offset" in p.stderr and "Traceback" not in p.stderr
 
 
+@_AVX512
 def test_level_reads_places_the_buffer_past_a_page() -> None:
     p = _run("level_reads.py", "--sizes", "32,64", "--samples", "3", "--offset", "16")
     assert p.returncode == 0, p.stderr
@@ -141,4 +142,29 @@ def test_row_stream_refuses_bad_arguments() -> None:
         (("--rows", "x"), "--rows"),
     ]:
         p = _run("row_stream.py", *args)
+        assert p.returncode == 2 and what in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@_AVX512
+def test_l2_strips_prints_a_row_per_pitch() -> None:
+    p = _run("l2_strips.py", "--block", "64", "--pitches", "512,4096", "--samples", "3")
+    assert p.returncode == 0, p.stderr
+    assert "B's block 64 KiB, 0 bytes past a page" in p.stdout and host_cpu_name() in p.stdout
+    rows = _table(p.stdout)
+    assert [(r[0], r[1]) for r in rows] == [("512", "128"), ("4096", "16")]
+    for r in rows:
+        in_place, packed, compute = float(r[2]), float(r[3]), float(r[4])
+        assert min(in_place, packed, compute) > 0
+        assert abs(float(r[5][:-1]) - in_place / packed) < 0.02
+
+
+def test_l2_strips_refuses_bad_arguments() -> None:
+    for args, what in [
+        (("--pitches", "100"), "--pitches"),
+        (("--pitches", "3072", "--block", "64"), "--pitches"),
+        (("--pitches", "x"), "--pitches"),
+        (("--offset", "13"), "--offset"),
+        (("--block", "8"), "--block"),
+    ]:
+        p = _run("l2_strips.py", *args)
         assert p.returncode == 2 and what in p.stderr and "Traceback" not in p.stderr, p.stderr
