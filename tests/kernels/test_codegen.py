@@ -209,7 +209,7 @@ def test_vdpbf16ps_kernel() -> None:
 def test_parallel_loop_uses_openmp(compiler: str) -> None:
     """A parallel tile loop becomes `#pragma omp parallel for` and still verifies."""
     ls = parse_spec("Matmul(1x8x8x16, f32:GL:row, f32:GL:row, f32:GL:row)")
-    body_spec = shrink(ls, (1, 4, 8, 8), True)
+    body_spec = shrink(ls, (1, 4, 8, 8), True, get_target("avx2"))
     assert body_spec is not None
     body = synth(body_spec, "avx2")
     loop = Loop(ls, (body,), (1, 4, 8, 8), True, ())
