@@ -11,6 +11,7 @@ a script can print before exiting 1.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,19 @@ __attribute__((unused)) static float *page_matrix(int rows, int cols, int offset
     return m;
 }
 """
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse type: comma-separated integers, at least one (the probes' size lists)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one value")
+    return values
 
 
 class ProbeError(Exception):

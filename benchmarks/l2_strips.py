@@ -28,7 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from c_probe import ProbeError, probe_compiler, run_probe
+from c_probe import ProbeError, int_list, probe_compiler, run_probe
 
 from morello_build.harness.compile import ISA_FLAGS
 from morello_build.machine.isa import host_cpu_name
@@ -96,23 +96,11 @@ int main(int argc, char **argv) {
 _AVX512 = list(ISA_FLAGS["avx512"])  # the kernels' own AVX-512 flags
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--pitches",
-        type=_ints,
+        type=int_list,
         default=[256, 512, 1024, 2048, 3072, 4096, 6144, 8192],
         help="bytes between B's rows, multiples of 128 (default 256,512,...,8192)",
     )

@@ -27,7 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from c_probe import ProbeError, probe_compiler, run_probe
+from c_probe import ProbeError, int_list, probe_compiler, run_probe
 
 _C = r"""
 #include <immintrin.h>
@@ -97,24 +97,12 @@ int main(int argc, char **argv) {
 """
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=768, help="rows of B, k (default 768)")
     parser.add_argument(
         "--cols",
-        type=_int_list,
+        type=int_list,
         default=[3072, 2048, 1024, 768, 256],
         help="columns of B, comma-separated (its row pitch; default 3072,2048,1024,768,256)",
     )
