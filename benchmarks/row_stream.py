@@ -54,10 +54,10 @@ TILE(4)
 
 int main(int argc, char **argv) {
     const long rows = atol(argv[1]), k = atol(argv[2]), nv = atol(argv[3]);
-    const long samples = atol(argv[4]);
-    float *a = aligned_alloc(4096, rows * k * 4), *b = aligned_alloc(64, k * 64 * 4);
+    const long samples = atol(argv[4]), pitch = atol(argv[5]);
+    float *a = aligned_alloc(4096, rows * pitch * 4), *b = aligned_alloc(64, k * 64 * 4);
     float c[6 * 64] = {0};
-    for (long i = 0; i < rows * k; i++) a[i] = (float)(i % 7) * 1e-3f;
+    for (long i = 0; i < rows * pitch; i++) a[i] = (float)(i % 7) * 1e-3f;
     for (long i = 0; i < k * 64; i++) b[i] = 1e-3f;
     const long blocks = rows / 6, lines = blocks * 6 * k / 16;
     double v[1000], t[2];
@@ -65,10 +65,10 @@ int main(int argc, char **argv) {
         for (long s = 0; s < samples + 1; s++) {
             const double t0 = now();
             for (long blk = 0; blk < blocks; blk++) {
-                const float *rows6 = a + (kind ? blk * 6 * k : 0);
-                if (nv == 1) tile1(rows6, k, k, b, c);
-                else if (nv == 2) tile2(rows6, k, k, b, c);
-                else tile4(rows6, k, k, b, c);
+                const float *rows6 = a + (kind ? blk * 6 * pitch : 0);
+                if (nv == 1) tile1(rows6, pitch, k, b, c);
+                else if (nv == 2) tile2(rows6, pitch, k, b, c);
+                else tile4(rows6, pitch, k, b, c);
             }
             const double dt = now() - t0;
             sink += c[0];
@@ -109,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--k", type=int, default=2048, help="A's row length (default 2048)")
     parser.add_argument(
+        "--pitch",
+        type=int,
+        default=None,
+        help="floats from one row of A to the next (default K): a pitch above K reads a "
+        "strided view, K columns of a wider matrix, as a plan that splits k does",
+    )
+    parser.add_argument(
         "--widths",
         type=_ints("widths", (16, 32, 64)),
         default=[16, 32, 64],
@@ -123,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--k must be a positive multiple of 16")
     if any(r < 6 for r in args.rows):
         parser.error("every --rows must be at least 6")
+    pitch = args.k if args.pitch is None else args.pitch
+    if pitch < args.k or pitch % 16:
+        parser.error("--pitch must be a multiple of 16 and at least --k")
+    rows_of = f"{args.k * 4} B rows" + (f", {pitch * 4} B apart" if pitch != args.k else "")
     print(
-        f"{host_cpu_name()}; A R x {args.k} f32 ({args.k * 4} B rows), B {args.k} x W warm; medians "
+        f"{host_cpu_name()}; A R x {args.k} f32 ({rows_of}), B {args.k} x W warm; medians "
         f"of {args.samples} passes; ns per line of A"
     )
     print("| A rows | A MiB | W | FMAs / line | resident | streamed | extra | extra / resident |")
@@ -133,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         cc = probe_compiler(args.cc)
         for rows in args.rows:
             for w in args.widths:
-                probe_args = [str(rows), str(args.k), str(w // 16), str(args.samples)]
+                probe_args = [str(rows), str(args.k), str(w // 16), str(args.samples), str(pitch)]
                 res, streamed = (float(x) for x in run_probe(cc, _C, _AVX512, probe_args).split())
-                mib = rows * args.k * 4 / (1 << 20)
+                mib = rows * args.k * 4 / (1 << 20)  # read (a wider pitch spreads them)
                 print(
                     f"| {rows} | {mib:.0f} | {w} | {w} | {res:.3f} | {streamed:.3f} "
                     f"| {streamed - res:.3f} | {(streamed - res) / res:+.0%} |",
