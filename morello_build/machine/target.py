@@ -206,9 +206,10 @@ class Target:
             return 0  # short rows (a block of them is one run, but no stream measured)
         if fmas < STREAM_FMAS_PER_LINE * count * per_run:
             return 0
-        # `run_lines_cost`'s lines, each row's unaligned start included (a strided view
-        # keeps `move_cost`'s surcharge, the reference model's doubling)
-        return (self.hit_cost[Level.GL] - self.gl_stream_hit) * count * (per_run + 1)
+        # `run_lines_cost`'s lines, each row's unaligned start included, at the measured
+        # price; a strided view (k columns of wider rows) drops `move_cost`'s doubling too:
+        # its rows stream as whole rows do (docs/cost-model.md, "B copied into L2", first item)
+        return self.move_cost(t) - self.gl_stream_hit * count * (per_run + 1)
 
     def run_lines_cost(self, t: TensorSpec) -> int:
         """Cost of touching every line of `t` once, a contiguous run at a time (what a
