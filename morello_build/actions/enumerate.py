@@ -503,12 +503,17 @@ def _operand_moves(
         if same and (level in (Level.RF, Level.VRF) or not is_matmul_input):
             continue
         if level is Level.L2:
-            # Views only (copies are made in GL or L1), and only of a tile that fits L2 but
-            # not beside anything else in L1: a smaller tile moves to L1 directly (an L2
-            # view only adds Specs); one as big as all of L1 (B of 128^3, 64 KiB) is read
-            # from L2 in strips (`tensorspec._l2_strip`).
+            # Views (copies are made in GL or L1, but for the one below), and only of a tile
+            # that fits L2 but not beside anything else in L1: a smaller tile moves to L1
+            # directly (an L2 view only adds Specs); one as big as all of L1 (B of 128^3,
+            # 64 KiB) is read from L2 in strips (`tensorspec._l2_strip`).
             if target.max_limits[Level.L1] <= t.cache_lines() <= target.max_limits[Level.L2]:
                 acts.append(Move(i, level, t.layout, None, t.dtype))
+                if target.l2_copies and copy_pays and is_matmul_input and i == 1 and t.page_pitch:
+                    # a block of B with rows pages apart, copied dense into an L2 buffer:
+                    # no main-memory buffer for the whole of B, which evicts A and C from
+                    # L3 (docs/cost-model.md, "B copied into L2")
+                    acts.append(Move(i, level, lay.row_major(t.shape), None, t.dtype))
             continue
         for dtype in dtypes:
             if level is Level.RF:

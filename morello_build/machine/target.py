@@ -69,6 +69,10 @@ class Tuning:
     #: in place from L2, when measured wider than `tensorspec.L2_STRIP_MAX_ROW_BYTES` on
     #: this microarchitecture (`benchmarks/l2_strips.py`); None keeps that.
     l2_strip_row_bytes: int | None = None
+    #: Whether the search may copy a block of B whose rows are whole pages apart into an
+    #: L2 buffer (besides viewing it there in place), where that was measured faster than
+    #: packing the whole of B into a main-memory buffer (`actions/enumerate.py`).
+    l2_copies: bool = False
 
 
 #: Tunings by name, the default first.
@@ -99,7 +103,9 @@ TUNINGS: dict[str, Tuning] = {
         # a zmm load that splits two lines takes a second load's time (L1 reads 16 bytes
         # past a line: 0.258 against 0.135 ns a line): docs/cost-model.md, "Split loads";
         # a 12x32 tile reads 32-column strips of an L2 block with rows up to 4 KiB apart
-        # as fast as packed panels: docs/cost-model.md, "Strips of an L2 view with wide rows"
+        # as fast as packed panels: docs/cost-model.md, "Strips of an L2 view with wide rows";
+        # a block of B with rows pages apart copied into L2 beats B packed whole in a
+        # buffer that evicts A and C from L3: docs/cost-model.md, "B copied into L2"
         Tuning(
             "zen5",
             fast_dpbf16=True,
@@ -112,6 +118,7 @@ TUNINGS: dict[str, Tuning] = {
             f32_register_rows=(6,),
             split_cost=1,
             l2_strip_row_bytes=4096,
+            l2_copies=True,
         ),
     )
 }
@@ -156,6 +163,8 @@ class Target:
     #: The widest rows (bytes) of an L2 view whose column strips stay in L2
     #: (`Tuning.l2_strip_row_bytes`, else `tensorspec.L2_STRIP_MAX_ROW_BYTES`).
     l2_strip_row_bytes: int = L2_STRIP_MAX_ROW_BYTES
+    #: Whether a block of B with rows pages apart may be copied into L2 (`Tuning.l2_copies`).
+    l2_copies: bool = False
     tune: str = "generic"  # one of TUNES: microarchitecture constants (see the module doc)
 
     def __hash__(self) -> int:
@@ -301,5 +310,6 @@ def get_target(name: str, threads: int = 1, tune: str = "generic") -> Target:
         gl_stream_hit=tuning.gl_stream_hit if rec.l2_lines else None,  # measured with zmm
         split_cost=tuning.split_cost,
         l2_strip_row_bytes=_l2_strip_row_bytes(rec, tuning),
+        l2_copies=tuning.l2_copies and bool(rec.l2_lines),
         tune=tuning.name,
     )
