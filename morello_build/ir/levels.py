@@ -47,7 +47,8 @@ class Level(enum.IntEnum):
 LEVEL_COUNT = len(Level)
 
 #: Move destinations from each level (no GL -> register moves: registers load from L1).
-#: L2 holds views only: a tile reused from L2 costs L2 hits when it moves on into L1,
+#: L2 holds views (and, where a tuning measured them, dense copies of B:
+#: `Tuning.l2_copies`): a tile reused from L2 costs L2 hits when it moves on into L1,
 #: instead of main-memory hits (see `morello_build.machine.target`).
 MOVE_DESTINATIONS: dict[Level, tuple[Level, ...]] = {
     Level.GL: (Level.GL, Level.L2, Level.L1),
