@@ -134,8 +134,19 @@ def test_row_stream_prints_a_row_per_case() -> None:
         assert abs(extra - (streamed - resident)) < 0.002  # the difference of the two
 
 
+@_AVX512
+def test_row_stream_reads_a_strided_view_with_a_wider_pitch() -> None:
+    p = _run("row_stream.py", "--rows", "12", "--widths", "16", "--k", "256", "--pitch", "1024")
+    assert p.returncode == 0, p.stderr
+    assert "A R x 256 f32 (1024 B rows, 4096 B apart)" in p.stdout
+    (row,) = _table(p.stdout)
+    assert row[:4] == ["12", "0", "16", "16"] and float(row[4]) > 0 and float(row[5]) > 0
+
+
 def test_row_stream_refuses_bad_arguments() -> None:
     for args, what in [
+        (("--pitch", "128"), "--pitch"),  # below --k (2048)
+        (("--k", "256", "--pitch", "300"), "--pitch"),  # not a multiple of 16
         (("--k", "100"), "--k"),
         (("--widths", "48"), "--widths"),
         (("--rows", "4"), "--rows"),
