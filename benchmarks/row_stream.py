@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from c_probe import ProbeError, probe_compiler, run_probe
+from c_probe import ProbeError, int_list, probe_compiler, run_probe
 
 from morello_build.harness.compile import ISA_FLAGS
 from morello_build.machine.isa import host_cpu_name
@@ -85,12 +85,11 @@ _AVX512 = list(ISA_FLAGS["avx512"])  # the kernels' own AVX-512 flags
 
 
 def _ints(what: str, allowed: tuple[int, ...] | None = None):
+    """`c_probe.int_list`, then positive values (among `allowed` when given)."""
+
     def parse(text: str) -> list[int]:
-        try:
-            values = [int(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}") from None
-        if not values or any(v <= 0 for v in values):
+        values = int_list(text)
+        if any(v <= 0 for v in values):
             raise argparse.ArgumentTypeError(f"expected positive {what}")
         if allowed and any(v not in allowed for v in values):
             raise argparse.ArgumentTypeError(f"{what} must be among {allowed}")
